@@ -1,0 +1,246 @@
+//! Configuration: defaults, then one TOML file, then `TOOLLEDGER_*` environment variables.
+//!
+//! Nested keys are separated by a double underscore in the environment:
+//! `TOOLLEDGER_NATS__URL` sets `nats.url`, `TOOLLEDGER_TELEMETRY__METRICS_LISTEN` sets
+//! `telemetry.metrics_listen`. Only variables whose first segment is a configuration section are read,
+//! so unrelated `TOOLLEDGER_*` variables (the test suite's `TOOLLEDGER_VECTORS`, say) are left alone;
+//! inside a section an unknown key is an error, so a misspelt override fails loudly instead of being
+//! ignored. `docs/config.example.toml` documents every key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Environment variable that names the configuration file when `--config` is not given.
+pub const CONFIG_FILE_ENV: &str = "TOOLLEDGER_CONFIG";
+
+/// The top-level sections and keys that may be set from the environment.
+const ENV_KEYS: &[&str] = &["data_dir", "nats", "telemetry"];
+
+/// The whole configuration of a toolledger process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where local state lives: the managed nats-server's store, key material, SQLite files.
+    pub data_dir: PathBuf,
+    /// How to reach NATS, or how to run a local server when none is configured.
+    pub nats: NatsConfig,
+    /// Logging and the `/metrics` + `/healthz` server.
+    pub telemetry: TelemetryConfig,
+}
+
+/// How to reach NATS.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsConfig {
+    /// URL of an existing NATS deployment (`nats://host:4222`). When absent, `toolledger up` starts a
+    /// local nats-server with JetStream under `data_dir/nats`.
+    pub url: Option<String>,
+    /// The nats-server binary for the local server (a path, or a name looked up on `PATH`).
+    pub server_bin: PathBuf,
+    /// Where the local server listens for clients.
+    pub listen: SocketAddr,
+}
+
+/// Logging and the observability endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Address of the HTTP server for `/metrics` and `/healthz`; port 0 picks a free port.
+    pub metrics_listen: SocketAddr,
+    /// A `tracing` filter directive such as `info` or `toolledger_ingest=debug,info`.
+    pub log_filter: String,
+    /// `text` for people, `json` for log collectors.
+    pub log_format: LogFormat,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("data"),
+            nats: NatsConfig {
+                url: None,
+                server_bin: PathBuf::from("nats-server"),
+                listen: SocketAddr::from(([127, 0, 0, 1], 4222)),
+            },
+            telemetry: TelemetryConfig {
+                metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+                log_filter: "info".to_owned(),
+                log_format: LogFormat::Text,
+            },
+        }
+    }
+}
+
+impl Config {
+    /// Loads defaults, then `file` (or the file named by `TOOLLEDGER_CONFIG`) if any, then the
+    /// environment, and validates the result.
+    pub fn load(file: Option<&Path>) -> Result<Self> {
+        let file = file
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os(CONFIG_FILE_ENV).map(PathBuf::from));
+        Self::from_figment(Self::figment(file.as_deref(), Env::prefixed("TOOLLEDGER_")))
+    }
+
+    fn figment(file: Option<&Path>, env: Env) -> Figment {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        figment.merge(env.split("__").filter(|key| is_env_key(key.as_str())))
+    }
+
+    fn from_figment(figment: Figment) -> Result<Self> {
+        let config: Config = figment.extract().map_err(config_error)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: values that parse but make no sense.
+    pub fn validate(&self) -> Result<()> {
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        if let Some(url) = &self.nats.url {
+            validate_nats_url(url).map_err(|reason| invalid("nats.url", reason))?;
+        }
+        if self.nats.server_bin.as_os_str().is_empty() {
+            return Err(invalid("nats.server_bin", "must not be empty"));
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.telemetry.log_filter)
+            .map_err(|e| invalid("telemetry.log_filter", e.to_string()))?;
+        Ok(())
+    }
+
+    /// The local nats-server's JetStream store directory.
+    pub fn nats_store_dir(&self) -> PathBuf {
+        self.data_dir.join("nats")
+    }
+}
+
+fn is_env_key(key: &str) -> bool {
+    let first = key.split('.').next().unwrap_or_default();
+    ENV_KEYS.contains(&first)
+}
+
+fn validate_nats_url(url: &str) -> std::result::Result<(), String> {
+    for server in url.split(',') {
+        let rest = server
+            .split_once("://")
+            .map(|(scheme, rest)| match scheme {
+                "nats" | "tls" | "ws" | "wss" => Ok(rest),
+                other => Err(format!("unsupported scheme `{other}` (expected nats, tls, ws or wss)")),
+            })
+            .unwrap_or(Ok(server))?;
+        let host_port = rest.rsplit_once('@').map_or(rest, |(_, hp)| hp);
+        let (host, port) = host_port
+            .rsplit_once(':')
+            .ok_or_else(|| format!("`{server}` has no port"))?;
+        if host.is_empty() {
+            return Err(format!("`{server}` has no host"));
+        }
+        port.trim_end_matches('/')
+            .parse::<u16>()
+            .map_err(|_| format!("`{server}` has no valid port"))?;
+    }
+    Ok(())
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> Error {
+    Error::Config { key: key.to_owned(), reason: reason.into() }
+}
+
+/// Turns figment's error into one that names the key and, for overrides, the variable.
+fn config_error(error: figment::Error) -> Error {
+    let mut key = error.path.join(".");
+    if let Some(name) = error.metadata.as_ref().map(|m| m.name.to_string()) {
+        if name.contains("environment") {
+            let var = format!("TOOLLEDGER_{}", key.to_ascii_uppercase().replace('.', "__"));
+            key = format!("{key} (from {var})");
+        }
+    }
+    if key.is_empty() {
+        key = "<root>".to_owned();
+    }
+    Error::Config { key, reason: error.kind.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    fn load_in(jail: &mut Jail, toml: &str) -> Result<Config> {
+        jail.create_file("toolledger.toml", toml).unwrap();
+        Config::load(Some(Path::new("toolledger.toml")))
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        Jail::expect_with(|jail| {
+            assert_eq!(load_in(jail, "").unwrap(), Config::default());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn file_then_environment_override() {
+        Jail::expect_with(|jail| {
+            jail.set_env("TOOLLEDGER_NATS__URL", "nats://b:4223");
+            jail.set_env("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0");
+            jail.set_env("TOOLLEDGER_VECTORS", "/somewhere/else");
+            let config =
+                load_in(jail, "data_dir = \"/var/lib/toolledger\"\n[nats]\nurl = \"nats://a:4222\"\n").unwrap();
+            assert_eq!(config.data_dir, PathBuf::from("/var/lib/toolledger"));
+            assert_eq!(config.nats.url.as_deref(), Some("nats://b:4223"));
+            assert_eq!(config.telemetry.metrics_listen.port(), 0);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_environment_value_names_the_key_and_variable() {
+        Jail::expect_with(|jail| {
+            jail.set_env("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "not-an-address");
+            let text = load_in(jail, "").unwrap_err().to_string();
+            assert!(text.contains("telemetry.metrics_listen"), "{text}");
+            assert!(text.contains("TOOLLEDGER_TELEMETRY__METRICS_LISTEN"), "{text}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_key_inside_a_section_is_refused() {
+        Jail::expect_with(|jail| {
+            let text = load_in(jail, "[nats]\nurll = \"x\"\n").unwrap_err().to_string();
+            assert!(text.contains("urll"), "{text}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_url_and_filter_name_their_keys() {
+        Jail::expect_with(|jail| {
+            let text = load_in(jail, "[nats]\nurl = \"http://x:1\"\n").unwrap_err().to_string();
+            assert!(text.contains("nats.url"), "{text}");
+            let text = load_in(jail, "[telemetry]\nlog_filter = \"[=\"\n").unwrap_err().to_string();
+            assert!(text.contains("telemetry.log_filter"), "{text}");
+            Ok(())
+        });
+    }
+}

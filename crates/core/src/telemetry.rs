@@ -1,0 +1,178 @@
+//! Logging, metrics and health, set up the same way by every service.
+//!
+//! A service builds one [`Telemetry`], registers its metrics in [`Telemetry::registry`], reports the
+//! state of its parts through [`Telemetry::health`], and calls [`serve`] to expose both:
+//!
+//! ```text
+//! GET /metrics  Prometheus text exposition (OpenMetrics 1.0)
+//! GET /healthz  200 {"status":"ok",...} when every component is ok, 503 with the failing ones otherwise
+//! ```
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{LogFormat, TelemetryConfig};
+use crate::{Error, Result};
+
+/// Sets up the global `tracing` subscriber once. Later calls (tests run many services in one process)
+/// keep the first subscriber and return `Ok`.
+pub fn init_tracing(config: &TelemetryConfig) -> Result<()> {
+    let filter = EnvFilter::try_new(&config.log_filter).map_err(|e| Error::Config {
+        key: "telemetry.log_filter".to_owned(),
+        reason: e.to_string(),
+    })?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _already_set = match config.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    Ok(())
+}
+
+/// A process's metrics registry and health board, shared by its services and its HTTP endpoint.
+#[derive(Clone)]
+pub struct Telemetry {
+    registry: Arc<Mutex<Registry>>,
+    health: Health,
+}
+
+impl Telemetry {
+    /// A registry with the `toolledger_build_info` gauge already in it.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("toolledger");
+        let build_info = Family::<Vec<(String, String)>, Gauge>::default();
+        build_info
+            .get_or_create(&vec![("version".to_owned(), env!("CARGO_PKG_VERSION").to_owned())])
+            .set(1);
+        registry.register("build_info", "Build of the running toolledger binary", build_info);
+        Self { registry: Arc::new(Mutex::new(registry)), health: Health::default() }
+    }
+
+    /// Runs `f` with the registry so a service can register its metrics.
+    pub fn register<R>(&self, f: impl FnOnce(&mut Registry) -> R) -> R {
+        f(&mut self.registry.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The health board.
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// The registry in Prometheus text format.
+    pub fn encode_metrics(&self) -> String {
+        let mut text = String::new();
+        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        // Writing into a String cannot fail.
+        let _ = encode(&mut text, &registry);
+        text
+    }
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The state of each named component of a process, as `/healthz` reports it.
+#[derive(Clone, Default)]
+pub struct Health {
+    components: Arc<Mutex<BTreeMap<String, ComponentHealth>>>,
+}
+
+/// One component's health.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ComponentHealth {
+    /// Whether the component is working.
+    pub ok: bool,
+    /// What it is doing or what is wrong.
+    pub detail: String,
+}
+
+/// The body of `/healthz`.
+#[derive(Debug, Clone, Serialize)]
+pub struct HealthReport {
+    /// `ok` when every component is ok, else `failing`.
+    pub status: &'static str,
+    /// Each component by name.
+    pub components: BTreeMap<String, ComponentHealth>,
+}
+
+impl Health {
+    /// Marks `component` as working.
+    pub fn ok(&self, component: &str, detail: impl Into<String>) {
+        self.set(component, ComponentHealth { ok: true, detail: detail.into() });
+    }
+
+    /// Marks `component` as failing, with the reason.
+    pub fn failing(&self, component: &str, reason: impl Into<String>) {
+        self.set(component, ComponentHealth { ok: false, detail: reason.into() });
+    }
+
+    fn set(&self, component: &str, health: ComponentHealth) {
+        self.components
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(component.to_owned(), health);
+    }
+
+    /// The current report.
+    pub fn report(&self) -> HealthReport {
+        let components = self.components.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let status = if components.values().all(|c| c.ok) { "ok" } else { "failing" };
+        HealthReport { status, components }
+    }
+}
+
+/// Serves `/metrics` and `/healthz` on `addr` until `shutdown` completes. Returns the bound address
+/// (so port 0 works) and the server task.
+pub async fn serve(
+    addr: SocketAddr,
+    telemetry: Telemetry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Telemetry { addr: addr.to_string(), source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| Error::Telemetry { addr: addr.to_string(), source })?;
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .with_state(telemetry);
+    let task = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+            tracing::error!(%error, "telemetry server stopped");
+        }
+    });
+    Ok((bound, task))
+}
+
+async fn metrics(State(telemetry): State<Telemetry>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        telemetry.encode_metrics(),
+    )
+        .into_response()
+}
+
+async fn healthz(State(telemetry): State<Telemetry>) -> Response {
+    let report = telemetry.health().report();
+    let code = if report.status == "ok" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, axum::Json(report)).into_response()
+}

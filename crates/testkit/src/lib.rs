@@ -1,0 +1,19 @@
+//! Fixtures for tests that run against real parts.
+//!
+//! - [`NatsFixture`]: a real nats-server with JetStream on a free loopback port and a private store
+//!   directory; stops when dropped; restarts on the same port and store (gracefully or after a kill).
+//! - [`ChildProcess`]: runs a `toolledger` subcommand (or any program) as a child with its output
+//!   captured, and stops it with SIGTERM or kills it with SIGKILL; fault tests are built on it.
+//! - [`http_get`]: a minimal HTTP/1.1 GET for scraping `/metrics` and `/healthz` without a client stack.
+//!
+//! The server binary is `TOOLLEDGER_NATS_SERVER` if set, else the pinned one `scripts/setup` installs
+//! at `.tools/nats/bin/nats-server` in the workspace.
+#![warn(missing_docs)]
+
+mod http;
+mod nats;
+mod process;
+
+pub use http::{HttpResponse, http_get};
+pub use nats::{NatsFixture, nats_server_bin, workspace_root};
+pub use process::ChildProcess;

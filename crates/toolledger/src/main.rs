@@ -1,0 +1,60 @@
+//! `toolledger`: parses arguments and configuration, sets up tracing and the runtime, and hands over
+//! to the library crates. Each subcommand lives in `cmd/`.
+
+mod cmd;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use toolledger_core::config::Config;
+
+#[derive(Parser)]
+#[command(name = "toolledger", version, about = "Tamper-evident ledger for AI-agent tool invocations")]
+struct Cli {
+    /// Configuration file (TOML); `TOOLLEDGER_CONFIG` names one too. `TOOLLEDGER_*` variables override it.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every service on this machine, starting a local nats-server when no NATS URL is configured.
+    Up(cmd::up::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load(cli.config.as_deref()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("toolledger: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(error) = toolledger_core::telemetry::init_tracing(&config.telemetry) {
+        eprintln!("toolledger: {error}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("toolledger: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Up(args) => cmd::up::run(config, args, cmd::shutdown_signal()).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("toolledger: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
