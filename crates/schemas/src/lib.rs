@@ -6,5 +6,10 @@
 #![warn(missing_docs)]
 
 pub mod class;
+pub mod contract;
+pub mod generator;
+pub mod model;
+pub mod state;
+pub mod validate;
 
 pub use class::{EventClass, UnknownClass};

@@ -15,5 +15,5 @@ mod nats;
 mod process;
 
 pub use http::{HttpResponse, http_get};
-pub use nats::{NatsFixture, nats_server_bin, workspace_root};
+pub use nats::{NatsFixture, nats_server_bin, python, workspace_root};
 pub use process::ChildProcess;

@@ -97,3 +97,11 @@ impl NatsFixture {
         async_nats::connect(self.url()).await.expect("connect to nats fixture")
     }
 }
+
+/// The project virtualenv's Python, where `scripts/setup` installs the independent test clients.
+/// Panics with the remedy when it is missing.
+pub fn python() -> PathBuf {
+    let python = workspace_root().join(".venv/bin/python");
+    assert!(python.exists(), "{} is missing: run scripts/setup", python.display());
+    python
+}

@@ -1,0 +1,1 @@
+//! A seeded generator of realistic sessions, with the truth tests compare against.

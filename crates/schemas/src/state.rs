@@ -1,0 +1,1 @@
+//! The invocation state machine shared by the projector and the exporter.

@@ -1,0 +1,1 @@
+//! Validation of events against the project's JSON Schemas.
