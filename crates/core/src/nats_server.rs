@@ -37,6 +37,10 @@ pub struct NatsServerSpec {
     pub log_file: Option<PathBuf>,
     /// A server configuration file (accounts, permissions, encryption at rest); flags above override it.
     pub config_file: Option<PathBuf>,
+    /// Where the server writes its pid. A server still running from an earlier start with the same
+    /// pid file (its starter was killed) is stopped before the new one starts, so a crashed
+    /// `toolledger up` never leaves the port and the store taken.
+    pub pid_file: Option<PathBuf>,
 }
 
 /// A running nats-server child process; killed when dropped.
@@ -55,7 +59,13 @@ impl NatsServer {
             context: format!("creating nats store directory {}", spec.store_dir.display()),
             source,
         })?;
+        if let Some(pid_file) = &spec.pid_file {
+            stop_stale_server(pid_file);
+        }
         let mut command = Command::new(&spec.bin);
+        if let Some(pid_file) = &spec.pid_file {
+            command.arg("-P").arg(pid_file);
+        }
         if let Some(config) = &spec.config_file {
             command.arg("-c").arg(config);
         }
@@ -188,6 +198,31 @@ impl NatsServer {
 impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Stops the nats-server named by `pid_file` if one still runs: SIGTERM, then SIGKILL after 15 s.
+fn stop_stale_server(pid_file: &Path) {
+    let Some(pid) = std::fs::read_to_string(pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) else {
+        return;
+    };
+    let is_nats = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "nats-server")
+    };
+    if !is_nats(pid) {
+        return;
+    }
+    tracing::warn!(pid, pid_file = %pid_file.display(), "stopping a nats-server left running by an earlier start");
+    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while is_nats(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if is_nats(pid) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        while is_nats(pid) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

@@ -45,6 +45,7 @@ impl NatsFixture {
             store_dir: dir.path().join("jetstream"),
             log_file: Some(dir.path().join("nats-server.log")),
             config_file,
+            pid_file: None,
         };
         let server = NatsServer::start(spec).unwrap_or_else(|e| panic!("nats fixture: {e}"));
         Self { server, dir }

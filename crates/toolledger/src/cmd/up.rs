@@ -99,6 +99,7 @@ async fn start_local_server(config: &Config) -> anyhow::Result<NatsServer> {
         store_dir: config.nats_store_dir(),
         log_file: Some(log_path(config)),
         config_file: None,
+        pid_file: Some(config.data_dir.join("nats-server.pid")),
     };
     Ok(tokio::task::spawn_blocking(move || NatsServer::start(spec)).await??)
 }

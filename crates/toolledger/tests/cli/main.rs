@@ -1,0 +1,10 @@
+//! The `toolledger` binary, run as a child process against real parts.
+
+mod up;
+
+use std::path::Path;
+
+/// The binary under test.
+pub fn toolledger() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_toolledger"))
+}
