@@ -144,7 +144,9 @@ fn validate_nats_url(url: &str) -> std::result::Result<(), String> {
             .split_once("://")
             .map(|(scheme, rest)| match scheme {
                 "nats" | "tls" | "ws" | "wss" => Ok(rest),
-                other => Err(format!("unsupported scheme `{other}` (expected nats, tls, ws or wss)")),
+                other => Err(format!(
+                    "unsupported scheme `{other}` (expected nats, tls, ws or wss)"
+                )),
             })
             .unwrap_or(Ok(server))?;
         let host_port = rest.rsplit_once('@').map_or(rest, |(_, hp)| hp);
@@ -162,22 +164,28 @@ fn validate_nats_url(url: &str) -> std::result::Result<(), String> {
 }
 
 fn invalid(key: &str, reason: impl Into<String>) -> Error {
-    Error::Config { key: key.to_owned(), reason: reason.into() }
+    Error::Config {
+        key: key.to_owned(),
+        reason: reason.into(),
+    }
 }
 
 /// Turns figment's error into one that names the key and, for overrides, the variable.
 fn config_error(error: figment::Error) -> Error {
     let mut key = error.path.join(".");
-    if let Some(name) = error.metadata.as_ref().map(|m| m.name.to_string()) {
-        if name.contains("environment") {
-            let var = format!("TOOLLEDGER_{}", key.to_ascii_uppercase().replace('.', "__"));
-            key = format!("{key} (from {var})");
-        }
+    if let Some(name) = error.metadata.as_ref().map(|m| m.name.to_string())
+        && name.contains("environment")
+    {
+        let var = format!("TOOLLEDGER_{}", key.to_ascii_uppercase().replace('.', "__"));
+        key = format!("{key} (from {var})");
     }
     if key.is_empty() {
         key = "<root>".to_owned();
     }
-    Error::Config { key, reason: error.kind.to_string() }
+    Error::Config {
+        key,
+        reason: error.kind.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -204,8 +212,11 @@ mod tests {
             jail.set_env("TOOLLEDGER_NATS__URL", "nats://b:4223");
             jail.set_env("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0");
             jail.set_env("TOOLLEDGER_VECTORS", "/somewhere/else");
-            let config =
-                load_in(jail, "data_dir = \"/var/lib/toolledger\"\n[nats]\nurl = \"nats://a:4222\"\n").unwrap();
+            let config = load_in(
+                jail,
+                "data_dir = \"/var/lib/toolledger\"\n[nats]\nurl = \"nats://a:4222\"\n",
+            )
+            .unwrap();
             assert_eq!(config.data_dir, PathBuf::from("/var/lib/toolledger"));
             assert_eq!(config.nats.url.as_deref(), Some("nats://b:4223"));
             assert_eq!(config.telemetry.metrics_listen.port(), 0);
@@ -236,9 +247,13 @@ mod tests {
     #[test]
     fn bad_url_and_filter_name_their_keys() {
         Jail::expect_with(|jail| {
-            let text = load_in(jail, "[nats]\nurl = \"http://x:1\"\n").unwrap_err().to_string();
+            let text = load_in(jail, "[nats]\nurl = \"http://x:1\"\n")
+                .unwrap_err()
+                .to_string();
             assert!(text.contains("nats.url"), "{text}");
-            let text = load_in(jail, "[telemetry]\nlog_filter = \"[=\"\n").unwrap_err().to_string();
+            let text = load_in(jail, "[telemetry]\nlog_filter = \"[=\"\n")
+                .unwrap_err()
+                .to_string();
             assert!(text.contains("telemetry.log_filter"), "{text}");
             Ok(())
         });

@@ -93,9 +93,17 @@ impl NatsServer {
         std::thread::Builder::new()
             .name("nats-server-log".to_owned())
             .spawn(move || pump_log(stderr, log, tx))
-            .map_err(|source| Error::Io { context: "spawning log thread".to_owned(), source })?;
+            .map_err(|source| Error::Io {
+                context: "spawning log thread".to_owned(),
+                source,
+            })?;
 
-        let mut server = Self { spec, child: Some(child), port: 0, version: String::new() };
+        let mut server = Self {
+            spec,
+            child: Some(child),
+            port: 0,
+            version: String::new(),
+        };
         server.wait_ready(&rx)?;
         Ok(server)
     }
@@ -163,7 +171,10 @@ impl NatsServer {
 
     /// The spec to start the same server again on the same port and store.
     pub fn restart_spec(&self) -> NatsServerSpec {
-        NatsServerSpec { port: Some(self.port), ..self.spec.clone() }
+        NatsServerSpec {
+            port: Some(self.port),
+            ..self.spec.clone()
+        }
     }
 
     /// Stops gracefully (SIGTERM), killing the server if it takes longer than 15 s.
@@ -203,7 +214,10 @@ impl Drop for NatsServer {
 
 /// Stops the nats-server named by `pid_file` if one still runs: SIGTERM, then SIGKILL after 15 s.
 fn stop_stale_server(pid_file: &Path) {
-    let Some(pid) = std::fs::read_to_string(pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) else {
+    let Some(pid) = std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    else {
         return;
     };
     let is_nats = |pid: i32| {
@@ -236,15 +250,20 @@ enum LogEvent {
 fn open_log(path: Option<&Path>) -> Result<Option<std::fs::File>> {
     let Some(path) = path else { return Ok(None) };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|source| Error::Io { context: format!("creating {}", dir.display()), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            context: format!("creating {}", dir.display()),
+            source,
+        })?;
     }
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
         .map(Some)
-        .map_err(|source| Error::Io { context: format!("opening {}", path.display()), source })
+        .map_err(|source| Error::Io {
+            context: format!("opening {}", path.display()),
+            source,
+        })
 }
 
 /// Copies the server's log to the log file and reports the lines that matter to the starter.

@@ -35,7 +35,9 @@ pub fn init_tracing(config: &TelemetryConfig) -> Result<()> {
         key: "telemetry.log_filter".to_owned(),
         reason: e.to_string(),
     })?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _already_set = match config.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
@@ -56,10 +58,16 @@ impl Telemetry {
         let mut registry = Registry::with_prefix("toolledger");
         let build_info = Family::<Vec<(String, String)>, Gauge>::default();
         build_info
-            .get_or_create(&vec![("version".to_owned(), env!("CARGO_PKG_VERSION").to_owned())])
+            .get_or_create(&vec![(
+                "version".to_owned(),
+                env!("CARGO_PKG_VERSION").to_owned(),
+            )])
             .set(1);
         registry.register("build_info", "Build of the running toolledger binary", build_info);
-        Self { registry: Arc::new(Mutex::new(registry)), health: Health::default() }
+        Self {
+            registry: Arc::new(Mutex::new(registry)),
+            health: Health::default(),
+        }
     }
 
     /// Runs `f` with the registry so a service can register its metrics.
@@ -115,12 +123,24 @@ pub struct HealthReport {
 impl Health {
     /// Marks `component` as working.
     pub fn ok(&self, component: &str, detail: impl Into<String>) {
-        self.set(component, ComponentHealth { ok: true, detail: detail.into() });
+        self.set(
+            component,
+            ComponentHealth {
+                ok: true,
+                detail: detail.into(),
+            },
+        );
     }
 
     /// Marks `component` as failing, with the reason.
     pub fn failing(&self, component: &str, reason: impl Into<String>) {
-        self.set(component, ComponentHealth { ok: false, detail: reason.into() });
+        self.set(
+            component,
+            ComponentHealth {
+                ok: false,
+                detail: reason.into(),
+            },
+        );
     }
 
     fn set(&self, component: &str, health: ComponentHealth) {
@@ -132,8 +152,16 @@ impl Health {
 
     /// The current report.
     pub fn report(&self) -> HealthReport {
-        let components = self.components.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let status = if components.values().all(|c| c.ok) { "ok" } else { "failing" };
+        let components = self
+            .components
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let status = if components.values().all(|c| c.ok) {
+            "ok"
+        } else {
+            "failing"
+        };
         HealthReport { status, components }
     }
 }
@@ -147,10 +175,14 @@ pub async fn serve(
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|source| Error::Telemetry { addr: addr.to_string(), source })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| Error::Telemetry { addr: addr.to_string(), source })?;
+        .map_err(|source| Error::Telemetry {
+            addr: addr.to_string(),
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| Error::Telemetry {
+        addr: addr.to_string(),
+        source,
+    })?;
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -165,7 +197,10 @@ pub async fn serve(
 
 async fn metrics(State(telemetry): State<Telemetry>) -> Response {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         telemetry.encode_metrics(),
     )
         .into_response()
@@ -173,6 +208,10 @@ async fn metrics(State(telemetry): State<Telemetry>) -> Response {
 
 async fn healthz(State(telemetry): State<Telemetry>) -> Response {
     let report = telemetry.health().report();
-    let code = if report.status == "ok" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let code = if report.status == "ok" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (code, axum::Json(report)).into_response()
 }

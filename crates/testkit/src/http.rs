@@ -17,7 +17,10 @@ impl HttpResponse {
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -26,7 +29,10 @@ impl HttpResponse {
 pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<HttpResponse> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
     let text = String::from_utf8_lossy(&raw);
@@ -42,9 +48,19 @@ pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<HttpResponse> {
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
-    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
-    let body = if chunked { dechunk(body).ok_or_else(|| bad("bad chunked body"))? } else { body.to_owned() };
-    Ok(HttpResponse { status, headers, body })
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(body).ok_or_else(|| bad("bad chunked body"))?
+    } else {
+        body.to_owned()
+    };
+    Ok(HttpResponse {
+        status,
+        headers,
+        body,
+    })
 }
 
 fn dechunk(mut body: &str) -> Option<String> {

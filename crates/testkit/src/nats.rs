@@ -37,7 +37,10 @@ impl NatsFixture {
 
     /// Like [`NatsFixture::start`], with a server configuration file (accounts, encryption at rest).
     pub fn start_with_config(config_file: Option<PathBuf>) -> Self {
-        let dir = tempfile::Builder::new().prefix("toolledger-nats-").tempdir().expect("temp dir for nats");
+        let dir = tempfile::Builder::new()
+            .prefix("toolledger-nats-")
+            .tempdir()
+            .expect("temp dir for nats");
         let spec = NatsServerSpec {
             bin: nats_server_bin(),
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -95,7 +98,9 @@ impl NatsFixture {
 
     /// A connected client.
     pub async fn client(&self) -> async_nats::Client {
-        async_nats::connect(self.url()).await.expect("connect to nats fixture")
+        async_nats::connect(self.url())
+            .await
+            .expect("connect to nats fixture")
     }
 }
 
@@ -103,6 +108,10 @@ impl NatsFixture {
 /// Panics with the remedy when it is missing.
 pub fn python() -> PathBuf {
     let python = workspace_root().join(".venv/bin/python");
-    assert!(python.exists(), "{} is missing: run scripts/setup", python.display());
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup",
+        python.display()
+    );
     python
 }

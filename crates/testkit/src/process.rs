@@ -22,7 +22,10 @@ impl ChildProcess {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let out_dir = tempfile::Builder::new().prefix("toolledger-child-").tempdir().expect("temp dir");
+        let out_dir = tempfile::Builder::new()
+            .prefix("toolledger-child-")
+            .tempdir()
+            .expect("temp dir");
         let stdout = File::create(out_dir.path().join("stdout")).expect("stdout file");
         let stderr = File::create(out_dir.path().join("stderr")).expect("stderr file");
         let child = Command::new(program)
@@ -33,7 +36,11 @@ impl ChildProcess {
             .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
-        Self { child, status: None, out_dir }
+        Self {
+            child,
+            status: None,
+            out_dir,
+        }
     }
 
     /// The process id.

@@ -7,7 +7,11 @@ use futures::StreamExt;
 use toolledger_testkit::NatsFixture;
 
 async fn publish_and_confirm(js: &jetstream::Context, subject: &str, body: &'static str) {
-    js.publish(subject.to_owned(), body.into()).await.unwrap().await.unwrap();
+    js.publish(subject.to_owned(), body.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
 }
 
 async fn read_all(js: &jetstream::Context, stream_name: &str) -> Vec<String> {
@@ -19,7 +23,10 @@ async fn read_all(js: &jetstream::Context, stream_name: &str) -> Vec<String> {
     let count = stream.get_info().await.unwrap().state.messages as usize;
     let mut messages = consumer.messages().await.unwrap().take(count);
     let mut bodies = Vec::new();
-    while let Some(message) = tokio::time::timeout(Duration::from_secs(10), messages.next()).await.unwrap() {
+    while let Some(message) = tokio::time::timeout(Duration::from_secs(10), messages.next())
+        .await
+        .unwrap()
+    {
         bodies.push(String::from_utf8(message.unwrap().payload.to_vec()).unwrap());
     }
     bodies
@@ -73,6 +80,9 @@ fn dropping_the_fixture_stops_the_server() {
     let pid = nats.pid().unwrap();
     let store = nats.store_dir().to_path_buf();
     drop(nats);
-    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "server {pid} still running");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "server {pid} still running"
+    );
     assert!(!store.exists(), "store directory {} left behind", store.display());
 }

@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand};
 use toolledger_core::config::Config;
 
 #[derive(Parser)]
-#[command(name = "toolledger", version, about = "Tamper-evident ledger for AI-agent tool invocations")]
+#[command(
+    name = "toolledger",
+    version,
+    about = "Tamper-evident ledger for AI-agent tool invocations"
+)]
 struct Cli {
     /// Configuration file (TOML); `TOOLLEDGER_CONFIG` names one too. `TOOLLEDGER_*` variables override it.
     #[arg(long, global = true, value_name = "FILE")]
@@ -23,6 +27,12 @@ struct Cli {
 enum Command {
     /// Run every service on this machine, starting a local nats-server when no NATS URL is configured.
     Up(cmd::up::Args),
+    /// Create the NATS streams of the contract (ATL_INBOUND for now), or check live ones and fail when
+    /// their configuration is weaker than required. Needs --nats-url or nats.url.
+    Init(cmd::init::Args),
+    /// Publish events from JSON/NDJSON files to atl.in.<tenant>.<class>, as a producer would, and
+    /// report published, duplicate and failed events. Needs --nats-url or nats.url.
+    Emit(cmd::emit::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +58,8 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Up(args) => cmd::up::run(config, args, cmd::shutdown_signal()).await,
+            Command::Init(args) => cmd::init::run(config, args).await,
+            Command::Emit(args) => cmd::emit::run(config, args).await,
         }
     });
     match result {

@@ -65,14 +65,22 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         .await
         .with_context(|| format!("JetStream is not available at {url}"))?;
     health.ok("nats", "connected");
-    say(&format!("connected to {url}: JetStream ready, {} streams", account.streams));
+    say(&format!(
+        "connected to {url}: JetStream ready, {} streams",
+        account.streams
+    ));
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (metrics_addr, metrics_task) = telemetry::serve(config.telemetry.metrics_listen, telemetry.clone(), async {
-        let _ = stop_rx.await;
-    })
-    .await?;
-    say(&format!("metrics at {}, health at {}", url_of(metrics_addr, "/metrics"), url_of(metrics_addr, "/healthz")));
+    let (metrics_addr, metrics_task) =
+        telemetry::serve(config.telemetry.metrics_listen, telemetry.clone(), async {
+            let _ = stop_rx.await;
+        })
+        .await?;
+    say(&format!(
+        "metrics at {}, health at {}",
+        url_of(metrics_addr, "/metrics"),
+        url_of(metrics_addr, "/healthz")
+    ));
     if args.demo {
         say(&format!("data directory: {}", config.data_dir.display()));
     }

@@ -1,6 +1,7 @@
 //! The `toolledger` binary, run as a child process against real parts.
 
 mod up;
+mod wire;
 
 use std::path::Path;
 

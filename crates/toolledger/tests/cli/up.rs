@@ -30,7 +30,10 @@ fn start_up(data_dir: &Path) -> ChildProcess {
 }
 
 fn metrics_addr(stdout: &str) -> SocketAddr {
-    let line = stdout.lines().find(|l| l.contains("metrics at http://")).expect("metrics line");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("metrics at http://"))
+        .expect("metrics line");
     let rest = line.split("http://").nth(1).unwrap();
     rest.split('/').next().unwrap().parse().unwrap()
 }
@@ -40,16 +43,26 @@ fn up_demo_starts_serves_and_stops_on_sigterm() {
     let data = tempfile::tempdir().unwrap();
     let mut up = start_up(data.path());
     let stdout = up.stdout();
-    assert!(stdout.contains("started nats-server 2.15.1 with JetStream"), "{stdout}");
+    assert!(
+        stdout.contains("started nats-server 2.15.1 with JetStream"),
+        "{stdout}"
+    );
     assert!(stdout.contains("JetStream ready"), "{stdout}");
-    assert!(data.path().join("nats").is_dir(), "JetStream store not in the data directory");
+    assert!(
+        data.path().join("nats").is_dir(),
+        "JetStream store not in the data directory"
+    );
 
     let addr = metrics_addr(&stdout);
     let metrics = http_get(addr, "/metrics").unwrap();
     assert_eq!(metrics.status, 200);
     let lines = metrics.body.lines().map(|l| Ok(l.to_owned()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("prometheus text parses");
-    let build = scrape.samples.iter().find(|s| s.metric == "toolledger_build_info").expect("build info");
+    let build = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == "toolledger_build_info")
+        .expect("build info");
     assert_eq!(build.labels.get("version"), Some(env!("CARGO_PKG_VERSION")));
 
     let health = http_get(addr, "/healthz").unwrap();
@@ -59,21 +72,33 @@ fn up_demo_starts_serves_and_stops_on_sigterm() {
     assert_eq!(report["components"]["nats"]["ok"], true);
 
     let nats_pid = find_child_nats(up.pid());
-    let status = up.terminate(Duration::from_secs(30)).expect("up exits after SIGTERM");
+    let status = up
+        .terminate(Duration::from_secs(30))
+        .expect("up exits after SIGTERM");
     assert!(status.success(), "exit {status:?}\n{}", up.stderr());
     assert!(up.stdout().contains("nats-server stopped"));
-    assert!(up.stdout().ends_with("toolledger up: stopped\n"), "{}", up.stdout());
+    assert!(
+        up.stdout().ends_with("toolledger up: stopped\n"),
+        "{}",
+        up.stdout()
+    );
     if let Some(pid) = nats_pid {
-        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "nats-server {pid} outlived up");
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "nats-server {pid} outlived up"
+        );
     }
 }
 
 /// The nats-server child of `parent`, from /proc.
 fn find_child_nats(parent: u32) -> Option<u32> {
     let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
-    children.split_whitespace().filter_map(|p| p.parse().ok()).find(|pid: &u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "nats-server")
-    })
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .find(|pid: &u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "nats-server")
+        })
 }
 
 #[test]
@@ -87,7 +112,10 @@ fn a_bad_environment_value_fails_start_naming_the_key() {
     assert_eq!(status.code(), Some(2));
     let stderr = up.stderr();
     assert!(stderr.contains("telemetry.metrics_listen"), "{stderr}");
-    assert!(stderr.contains("TOOLLEDGER_TELEMETRY__METRICS_LISTEN"), "{stderr}");
+    assert!(
+        stderr.contains("TOOLLEDGER_TELEMETRY__METRICS_LISTEN"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -105,11 +133,20 @@ fn the_process_harness_kills_with_sigkill_and_up_recovers() {
     let orphan = find_child_nats(up.pid()).expect("up runs a nats-server child");
     let status = up.kill9();
     assert_eq!(status.signal(), Some(9), "{status:?}");
-    assert!(!up.stdout().contains("stopping"), "a killed process cannot have run its shutdown");
-    assert!(Path::new(&format!("/proc/{orphan}")).exists(), "the server outlives a killed up");
+    assert!(
+        !up.stdout().contains("stopping"),
+        "a killed process cannot have run its shutdown"
+    );
+    assert!(
+        Path::new(&format!("/proc/{orphan}")).exists(),
+        "the server outlives a killed up"
+    );
 
     // The next up finds the server its predecessor left behind, stops it, and starts cleanly.
     let mut again = start_up(data.path());
-    assert!(!Path::new(&format!("/proc/{orphan}")).exists(), "stale server {orphan} still running");
+    assert!(
+        !Path::new(&format!("/proc/{orphan}")).exists(),
+        "stale server {orphan} still running"
+    );
     assert!(again.terminate(Duration::from_secs(30)).expect("exits").success());
 }
