@@ -133,9 +133,11 @@ impl Config {
     }
 }
 
+/// Whether an environment key (`NATS.URL` once figment has split it; case as the variable had it)
+/// belongs to a configuration section.
 fn is_env_key(key: &str) -> bool {
     let first = key.split('.').next().unwrap_or_default();
-    ENV_KEYS.contains(&first)
+    ENV_KEYS.iter().any(|k| k.eq_ignore_ascii_case(first))
 }
 
 fn validate_nats_url(url: &str) -> std::result::Result<(), String> {
@@ -189,6 +191,7 @@ fn config_error(error: figment::Error) -> Error {
 }
 
 #[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail's closures return figment's own large error
 mod tests {
     use super::*;
     use figment::Jail;

@@ -1,5 +1,7 @@
 //! The fixtures themselves against a real nats-server.
 
+#![allow(clippy::unwrap_used)] // a panic is how a test reports failure
+
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};

@@ -90,13 +90,18 @@ fn up_demo_starts_serves_and_stops_on_sigterm() {
     }
 }
 
-/// The nats-server child of `parent`, from /proc.
+/// The nats-server child of `parent`, from /proc (children are listed per thread that spawned them).
 fn find_child_nats(parent: u32) -> Option<u32> {
-    let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
-    children
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .find(|pid: &u32| {
+    let tasks = std::fs::read_dir(format!("/proc/{parent}/task")).ok()?;
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+        .flat_map(|children| {
+            children
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .find(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "nats-server")
         })
 }
