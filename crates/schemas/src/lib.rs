@@ -2,7 +2,18 @@
 //!
 //! Every other crate speaks in these types: producers' events are decoded into them, ingest validates
 //! against them, and the projector and exporter share the invocation state machine defined here.
-//! Nothing here does I/O.
+//! Nothing here does I/O beyond reading a caller's reader ([`validate::validate_stream`]).
+//!
+//! - [`class`]: the event classes (CloudEvents `type`).
+//! - [`model`]: the spec's objects and the ledger's own shapes, typed and round-trippable, with their
+//!   open and closed vocabularies.
+//! - [`contract`]: DESIGN.md §3's table — class → data object → subject → effect; decodes `data`.
+//! - [`state`]: the invocation state machine, `step(track, facts) → (track, anomalies)`.
+//! - [`validate`]: the project's JSON Schemas (`schemas/`, embedded) — validates CloudEvents, plain
+//!   `agenttool-event` bodies and bare objects, reporting every violation with its JSON Pointer;
+//!   `validate_stream` reads JSON, JSON arrays or NDJSON for `toolledger validate`.
+//! - [`generator`]: seeded, realistic sessions of all 27 classes, with the scenario script's own
+//!   [`generator::Truth`] for tests (never derived from [`state`]).
 #![warn(missing_docs)]
 
 pub mod class;
@@ -13,3 +24,7 @@ pub mod state;
 pub mod validate;
 
 pub use class::{EventClass, UnknownClass};
+pub use contract::{Contract, Data, DataObject, Effect, SubjectField, contract};
+pub use model::{UnknownValue, UnknownValues};
+pub use state::{Anomaly, AnomalyKind, EventFacts, EventTime, InvocationState, InvocationTrack, step};
+pub use validate::{EventError, ObjectKind, Report, Violation, validate_event, validate_stream};

@@ -33,6 +33,11 @@ enum Command {
     /// Publish events from JSON/NDJSON files to atl.in.<tenant>.<class>, as a producer would, and
     /// report published, duplicate and failed events. Needs --nats-url or nats.url.
     Emit(cmd::emit::Args),
+    /// Check JSON/NDJSON events offline against the project's schemas, as ingest will; every violation
+    /// is reported with its JSON Pointer. Exits non-zero when any document is invalid.
+    Validate(cmd::validate::Args),
+    /// Write realistic generated sessions (all 27 event classes) as NDJSON, with the scenario's truth.
+    DemoData(cmd::demo_data::Args),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +65,8 @@ fn main() -> ExitCode {
             Command::Up(args) => cmd::up::run(config, args, cmd::shutdown_signal()).await,
             Command::Init(args) => cmd::init::run(config, args).await,
             Command::Emit(args) => cmd::emit::run(config, args).await,
+            Command::Validate(args) => cmd::validate::run(&args),
+            Command::DemoData(args) => cmd::demo_data::run(&args),
         }
     });
     match result {

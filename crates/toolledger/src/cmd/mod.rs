@@ -1,6 +1,10 @@
 //! One module per subcommand.
 
+pub mod demo_data;
+pub mod emit;
+pub mod init;
 pub mod up;
+pub mod validate;
 
 /// Completes on Ctrl-C (SIGINT) or SIGTERM, whichever comes first.
 pub async fn shutdown_signal() {

@@ -81,8 +81,13 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         url_of(metrics_addr, "/metrics"),
         url_of(metrics_addr, "/healthz")
     ));
+    match toolledger_wire::streams::ensure_inbound(&jetstream).await? {
+        toolledger_wire::streams::Ensured::Created => say("created stream ATL_INBOUND"),
+        toolledger_wire::streams::Ensured::Verified => say("stream ATL_INBOUND meets the contract"),
+    }
     if args.demo {
         say(&format!("data directory: {}", config.data_dir.display()));
+        publish_demo_session(&jetstream).await?;
     }
     say("running; Ctrl-C or SIGTERM stops");
 
@@ -96,6 +101,41 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         say("nats-server stopped");
     }
     say("stopped");
+    Ok(())
+}
+
+/// Publishes one generated session (every event class, binary-mode CloudEvents) as a producer would.
+async fn publish_demo_session(js: &async_nats::jetstream::Context) -> anyhow::Result<()> {
+    let generated =
+        toolledger_schemas::generator::generate(&toolledger_schemas::generator::GeneratorConfig {
+            seed: 1,
+            ..Default::default()
+        });
+    let classes: std::collections::BTreeSet<&str> = generated
+        .events
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    let mut outgoing = Vec::with_capacity(generated.events.len());
+    for (i, event) in generated.events.iter().enumerate() {
+        let message = toolledger_wire::produce::prepare(event.clone(), None, toolledger_wire::Mode::Binary)
+            .with_context(|| format!("preparing generated event {i}"))?;
+        outgoing.push((format!("event {i}"), message));
+    }
+    let report = toolledger_wire::produce::publish_all(js, outgoing).await;
+    say(&format!(
+        "demo: published a generated session to ATL_INBOUND: {} events of {} classes ({} new, {} duplicates, {} failed)",
+        generated.events.len(),
+        classes.len(),
+        report.published,
+        report.duplicates,
+        report.failed.len()
+    ));
+    anyhow::ensure!(
+        report.failed.is_empty(),
+        "demo events failed: {:?}",
+        report.failed
+    );
     Ok(())
 }
 

@@ -1,5 +1,8 @@
 //! The `toolledger` binary, run as a child process against real parts.
 
+#![allow(clippy::unwrap_used)] // a panic is how a test reports failure
+
+mod tools;
 mod up;
 mod wire;
 

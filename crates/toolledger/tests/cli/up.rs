@@ -48,6 +48,9 @@ fn up_demo_starts_serves_and_stops_on_sigterm() {
         "{stdout}"
     );
     assert!(stdout.contains("JetStream ready"), "{stdout}");
+    assert!(stdout.contains("created stream ATL_INBOUND"), "{stdout}");
+    assert!(stdout.contains("of 27 classes"), "{stdout}");
+    assert!(stdout.contains("0 failed"), "{stdout}");
     assert!(
         data.path().join("nats").is_dir(),
         "JetStream store not in the data directory"

@@ -1,0 +1,169 @@
+//! The appender and the lease against a real nats-server.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+use bytes::Bytes;
+use toolledger_ingest::append::{Appender, PendingEntry, read_range};
+use toolledger_ingest::lease::{LEASE_BUCKET, Lease};
+use toolledger_ingest::{Error, Result};
+use toolledger_testkit::NatsFixture;
+
+const LEDGER: &str = "TEST_LEDGER";
+
+async fn ledger_stream(js: &jetstream::Context) {
+    js.create_stream(stream::Config {
+        name: LEDGER.to_owned(),
+        subjects: vec!["test.ledger.>".to_owned()],
+        storage: stream::StorageType::File,
+        deny_delete: true,
+        deny_purge: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
+fn entries(tag: &str, n: usize) -> Vec<PendingEntry> {
+    (0..n)
+        .map(|i| {
+            PendingEntry::new(
+                format!("test.ledger.t.{tag}"),
+                Bytes::from(format!("{{\"{tag}\":{i}}}")),
+            )
+        })
+        .collect()
+}
+
+async fn stored(js: &jetstream::Context) -> Vec<Bytes> {
+    let tail = toolledger_ingest::append::last_sequence(js, LEDGER)
+        .await
+        .unwrap();
+    read_range(js, LEDGER, 1, tail)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, b)| b)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_batch_lands_in_order_with_consecutive_sequences() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    ledger_stream(&js).await;
+    let mut appender = Appender::open(js.clone(), LEDGER).await.unwrap();
+    let batch = entries("a", 200);
+    assert_eq!(
+        appender.append(&batch).await.unwrap(),
+        (1..=200).collect::<Vec<u64>>()
+    );
+    let more = entries("b", 3);
+    assert_eq!(appender.append(&more).await.unwrap(), vec![201, 202, 203]);
+    let all: Vec<Bytes> = batch.iter().chain(&more).map(|e| e.bytes.clone()).collect();
+    assert_eq!(stored(&js).await, all);
+}
+
+#[tokio::test]
+async fn a_second_writer_is_detected_not_interleaved() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    ledger_stream(&js).await;
+    let mut first = Appender::open(js.clone(), LEDGER).await.unwrap();
+    first.append(&entries("first", 5)).await.unwrap();
+    let mut second = Appender::open(js.clone(), LEDGER).await.unwrap();
+    second.append(&entries("second", 2)).await.unwrap();
+    let err = first.append(&entries("late", 3)).await.unwrap_err();
+    assert!(matches!(err, Error::ForeignAppend { seq: 6 }), "{err}");
+    // Nothing of the refused batch reached the ledger.
+    assert_eq!(stored(&js).await.len(), 7);
+}
+
+#[tokio::test]
+async fn a_server_crash_mid_batch_loses_and_duplicates_nothing() {
+    let mut nats = NatsFixture::start();
+    let client = async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let js = jetstream::new(client);
+    ledger_stream(&js).await;
+    let batch = entries("crash", 3000);
+    let task = {
+        let js = js.clone();
+        let batch = batch.clone();
+        tokio::spawn(async move {
+            let mut appender = Appender::open(js, LEDGER).await?;
+            let mut seqs = Vec::new();
+            for chunk in batch.chunks(100) {
+                seqs.extend(appender.append(chunk).await?);
+            }
+            Result::<Vec<u64>>::Ok(seqs)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let _nats = tokio::task::spawn_blocking(move || {
+        nats.kill_and_restart();
+        nats
+    })
+    .await
+    .unwrap();
+    let seqs = tokio::time::timeout(Duration::from_secs(120), task)
+        .await
+        .expect("append finished")
+        .unwrap();
+    assert_eq!(seqs.unwrap(), (1..=3000).collect::<Vec<u64>>());
+    let all: Vec<Bytes> = batch.iter().map(|e| e.bytes.clone()).collect();
+    assert_eq!(stored(&js).await, all);
+}
+
+async fn lease_bucket(js: &jetstream::Context) -> kv::Store {
+    js.create_key_value(kv::Config {
+        bucket: LEASE_BUCKET.to_owned(),
+        history: 1,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn one_lease_holder_at_a_time() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let store = lease_bucket(&js).await;
+    let ttl = Duration::from_secs(30);
+    let mut a = Lease::try_acquire(&store, "ledger", "a", ttl)
+        .await
+        .unwrap()
+        .expect("a takes the free lease");
+    assert!(
+        Lease::try_acquire(&store, "ledger", "b", ttl)
+            .await
+            .unwrap()
+            .is_none(),
+        "b must wait"
+    );
+    a.renew().await.unwrap();
+    a.release().await.unwrap();
+    let b = Lease::try_acquire(&store, "ledger", "b", ttl).await.unwrap();
+    assert!(b.is_some(), "a released lease is free");
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_and_the_old_holder_learns_it() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let store = lease_bucket(&js).await;
+    let mut a = Lease::try_acquire(&store, "ledger", "a", Duration::from_millis(200))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = Lease::try_acquire(&store, "ledger", "b", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(b.is_some(), "an expired lease is takeable");
+    assert!(matches!(a.renew().await, Err(Error::LeaseLost { .. })));
+}

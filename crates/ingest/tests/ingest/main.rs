@@ -1,0 +1,5 @@
+//! Ingest against real parts: a nats-server per test.
+
+#![allow(clippy::unwrap_used)] // a panic is how a test reports failure
+
+mod append;

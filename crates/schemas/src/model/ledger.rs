@@ -1,0 +1,161 @@
+//! The data of the ledger's own shapes: the permission request the spec has no object for, and the
+//! `toolledger.*` classes (DESIGN.md §3 "The ledger's own classes").
+//!
+//! Like the spec's objects they are open: unknown fields are kept in `extra`.
+
+use super::{Object, UnknownValue, UnknownValues};
+use serde::{Deserialize, Serialize};
+use serde_json::{Number, Value};
+
+/// `tool.permission.requested` data: a permission decision was asked for. The spec has no object for
+/// the request, so the ledger defines this one (`schemas/ledger/permission-request.schema.json`); the
+/// later decision carries the same `decision_id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PermissionRequest {
+    /// The Agent Tool schema version, when the producer gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<String>,
+    /// The decision this request will be answered by.
+    pub decision_id: String,
+    /// The invocation asking.
+    pub invocation_id: String,
+    /// The tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_id: Option<String>,
+    /// The input the policy, approval or classifier evaluates (required by the ledger schema; any JSON,
+    /// `null` included).
+    #[serde(
+        default,
+        deserialize_with = "super::present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub permission_input: Option<Value>,
+    /// The permission profile that applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_profile_ref: Option<String>,
+    /// The permission mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Why permission is asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Object>,
+    /// When it was requested (RFC 3339).
+    pub requested_at: String,
+    /// Fields this type does not name, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// `toolledger.access.read` data (`schemas/ledger/access-read.schema.json`): someone read invocation or
+/// session data through the query service or CLI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccessRead {
+    /// The record's id. The CloudEvents `subject`.
+    pub access_id: String,
+    /// Who read: the token's principal (never the token itself).
+    pub principal: String,
+    /// Through which endpoint or tool, e.g. `GET /v1/invocations/{id}`.
+    pub endpoint: String,
+    /// The tenant whose data was read.
+    pub tenant: String,
+    /// The invocations read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation_ids: Option<Vec<String>>,
+    /// The sessions read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_ids: Option<Vec<String>>,
+    /// The query, for search and SQL reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// How many rows were returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_count: Option<Number>,
+    /// When (RFC 3339).
+    pub read_at: String,
+    /// Fields this type does not name, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// `toolledger.quarantine.recorded` data (`schemas/ledger/quarantine-recorded.schema.json`): the receipt
+/// ingest appends for a rejected message, so that rejections are tamper-evident too. It holds no
+/// producer bytes, only facts about them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuarantineRecorded {
+    /// The receipt's id. The CloudEvents `subject`.
+    pub receipt_id: String,
+    /// Digest of the message as received, `sha256:<hex>`.
+    pub digest: String,
+    /// Its size in bytes.
+    pub size_bytes: Number,
+    /// The tenant it came from (`_unroutable` when missing or unsafe).
+    pub tenant: String,
+    /// Why it was rejected, e.g. `schema_violation`, `unknown_class`, `duplicate_conflict`.
+    pub reason: String,
+    /// A detail a producer can act on (e.g. the failing JSON Pointer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The ATL_QUARANTINE subject it was stored under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine_subject: Option<String>,
+    /// Its sequence in ATL_QUARANTINE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine_seq: Option<Number>,
+    /// The ATL_INBOUND subject it arrived on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inbound_subject: Option<String>,
+    /// The rejected event's `id`, when it parsed far enough to have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    /// The rejected event's `source`, when it parsed far enough to have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_source: Option<String>,
+    /// When it was quarantined (RFC 3339).
+    pub quarantined_at: String,
+    /// Fields this type does not name, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// `toolledger.erasure.completed` data (`schemas/ledger/erasure-completed.schema.json`): payload blobs
+/// were erased. The commitments stay; the fact that the call happened is never erased.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErasureCompleted {
+    /// The erasure's id. The CloudEvents `subject`.
+    pub erasure_id: String,
+    /// The blobs deleted.
+    pub blob_ids: Vec<String>,
+    /// The invocations whose payloads were erased.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation_ids: Option<Vec<String>>,
+    /// The sessions whose payloads were erased.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_ids: Option<Vec<String>>,
+    /// Why, e.g. a data-subject request reference.
+    pub reason: String,
+    /// Under whose authority (a ticket, a legal basis, an administrator).
+    pub authority: String,
+    /// Who asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    /// When it completed (RFC 3339).
+    pub completed_at: String,
+    /// Fields this type does not name, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// The ledger's own shapes have no open vocabularies.
+macro_rules! no_vocabularies {
+    ($($ty:ty),*) => {$(
+        impl UnknownValues for $ty {
+            fn collect_unknown(&self, _at: &str, _out: &mut Vec<UnknownValue>) {}
+        }
+    )*};
+}
+no_vocabularies!(
+    PermissionRequest,
+    AccessRead,
+    QuarantineRecorded,
+    ErasureCompleted
+);

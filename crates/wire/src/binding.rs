@@ -1,0 +1,410 @@
+//! The CloudEvents NATS protocol binding, written against the SDK's `cloudevents::message` traits.
+//!
+//! ```text
+//! decode: (headers, payload) ─▶ NatsMessage::new (case-insensitive names, percent-decoding, checks)
+//!           ─▶ MessageDeserializer::into_event (binary: ce-* headers + body; structured: JSON body)
+//! encode: Event ─▶ BinaryDeserializer / StructuredDeserializer ─▶ NatsBinaryWriter / NatsStructuredWriter
+//!           ─▶ (HeaderMap, Bytes)
+//! ```
+//!
+//! Binary mode puts every attribute and extension in a `ce-<name>` header whose value is
+//! percent-encoded as the CloudEvents HTTP binding prescribes (space, `"`, `%`, controls and non-ASCII),
+//! including `ce-datacontenttype`; the payload is the data. Structured mode sends the whole event as
+//! JSON with `content-type: application/cloudevents+json`. Decoding matches header names without
+//! regard to case (async-nats compares custom names case-sensitively, so headers are iterated), takes
+//! an unprefixed `content-type` as the data content type in binary mode, and never builds a header
+//! value with a panicking constructor.
+
+use async_nats::HeaderMap;
+use async_nats::header::{HeaderName, HeaderValue};
+use bytes::Bytes;
+use chrono::{DateTime, SecondsFormat};
+use cloudevents::Event;
+use cloudevents::event::SpecVersion;
+use cloudevents::message::{
+    BinaryDeserializer, BinarySerializer, Encoding, MessageAttributeValue, MessageDeserializer,
+    StructuredDeserializer, StructuredSerializer,
+};
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
+
+use crate::{Error, Result};
+
+/// The content type of a structured-mode CloudEvent.
+pub const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json";
+
+/// The prefix of binary-mode attribute headers.
+pub const CE_PREFIX: &str = "ce-";
+
+/// Characters the CloudEvents HTTP binding requires percent-encoded in header values (non-ASCII bytes
+/// are always encoded).
+const HEADER_VALUE_ESCAPES: &AsciiSet = &CONTROLS.add(b' ').add(b'"').add(b'%');
+
+/// Which CloudEvents content mode a message uses on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Attributes in `ce-*` headers, data as the payload.
+    Binary,
+    /// The whole event as JSON, `content-type: application/cloudevents+json`.
+    Structured,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "binary" => Ok(Self::Binary),
+            "structured" => Ok(Self::Structured),
+            other => Err(Error::Encode {
+                reason: format!("unknown mode `{other}` (binary or structured)"),
+            }),
+        }
+    }
+}
+
+/// Whether `name` is a valid CloudEvents attribute or extension name: lowercase ASCII letters and digits.
+pub fn is_attribute_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// Whether a content type is JSON (`application/json`, `text/json`, `…+json`, with parameters).
+pub fn is_json_content_type(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json" || essence == "text/json" || essence.ends_with("+json")
+}
+
+/// An inbound NATS message read as a CloudEvents message: header names folded to lowercase,
+/// `ce-*` values percent-decoded and checked.
+#[derive(Debug, Clone)]
+pub struct NatsMessage<'a> {
+    /// `(attribute name, decoded value)` from `ce-*` headers, `specversion` excluded.
+    attributes: Vec<(String, String)>,
+    specversion: Option<String>,
+    content_type: Option<String>,
+    payload: &'a [u8],
+}
+
+impl<'a> NatsMessage<'a> {
+    /// Reads the headers. Fails with `bad_envelope` naming the attribute when a `ce-*` name is no
+    /// CloudEvents name, a value is not percent-encoded UTF-8, or an attribute is given twice with
+    /// different values.
+    pub fn new(headers: Option<&HeaderMap>, payload: &'a [u8]) -> Result<Self> {
+        let mut message = Self {
+            attributes: Vec::new(),
+            specversion: None,
+            content_type: None,
+            payload,
+        };
+        let Some(headers) = headers else {
+            return Ok(message);
+        };
+        let mut ce: Vec<(String, String)> = Vec::new();
+        for (name, values) in headers.iter() {
+            let name: &str = name.as_ref();
+            let lower = name.to_ascii_lowercase();
+            for value in values {
+                let raw = value.as_str();
+                if lower == "content-type" {
+                    message.content_type.get_or_insert_with(|| raw.trim().to_owned());
+                    continue;
+                }
+                let Some(attribute) = lower.strip_prefix(CE_PREFIX) else {
+                    continue;
+                };
+                if !is_attribute_name(attribute) {
+                    return Err(Error::bad_envelope(
+                        name,
+                        "not a CloudEvents attribute name (a-z, 0-9)",
+                    ));
+                }
+                let decoded = percent_decode_str(raw).decode_utf8().map_err(|_| {
+                    Error::bad_envelope(attribute, "header value is not percent-encoded UTF-8")
+                })?;
+                match ce.iter().find(|(a, _)| a == attribute) {
+                    Some((_, earlier)) if *earlier != decoded => {
+                        return Err(Error::bad_envelope(
+                            attribute,
+                            "given more than once with different values",
+                        ));
+                    }
+                    Some(_) => {}
+                    None => ce.push((attribute.to_owned(), decoded.into_owned())),
+                }
+            }
+        }
+        // HeaderMap iterates in hash order; sort so decoding does not depend on it.
+        ce.sort();
+        for (attribute, value) in ce {
+            if attribute == "specversion" {
+                message.specversion = Some(value);
+            } else {
+                message.attributes.push((attribute, value));
+            }
+        }
+        Ok(message)
+    }
+
+    /// The unprefixed `content-type` header, if any.
+    pub fn content_type(&self) -> Option<&str> {
+        self.content_type.as_deref()
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+
+    /// Whether a `ce-specversion` header was present.
+    pub fn has_ce_headers(&self) -> bool {
+        self.specversion.is_some()
+    }
+
+    /// Checks the binary-mode attributes the SDK would otherwise refuse with an untyped error.
+    fn check_binary(&self) -> Result<()> {
+        match self.specversion.as_deref() {
+            Some("1.0") => {}
+            Some(other) => {
+                return Err(Error::bad_envelope(
+                    "specversion",
+                    format!("`{other}` is not 1.0"),
+                ));
+            }
+            None => return Err(Error::bad_envelope("specversion", "missing")),
+        }
+        for (attribute, value) in &self.attributes {
+            match attribute.as_str() {
+                "time" => {
+                    DateTime::parse_from_rfc3339(value)
+                        .map_err(|e| Error::bad_envelope("time", format!("not an RFC 3339 time: {e}")))?;
+                }
+                "dataschema" => {
+                    url_parse(value).map_err(|reason| Error::bad_envelope("dataschema", reason))?;
+                }
+                _ => {}
+            }
+        }
+        for required in ["id", "source", "type"] {
+            match self.attributes.iter().find(|(a, _)| a == required) {
+                Some((_, value)) if !value.is_empty() => {}
+                Some(_) => return Err(Error::bad_envelope(required, "empty")),
+                None => return Err(Error::bad_envelope(required, "missing")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes a binary-mode message into an event whose data is still the raw payload
+    /// ([`cloudevents::Data::Binary`]); the caller parses it.
+    pub fn into_binary_event(self) -> Result<Event> {
+        self.check_binary()?;
+        BinaryDeserializer::into_event(self).map_err(sdk_error)
+    }
+}
+
+fn url_parse(value: &str) -> std::result::Result<(), String> {
+    // The SDK keeps `dataschema` as an absolute URL; parse through its own conversion so both agree.
+    cloudevents::event::TryIntoUrl::into_url(value)
+        .map(|_| ())
+        .map_err(|e| format!("not a URI: {e}"))
+}
+
+/// Folds the SDK's errors into ours, naming the attribute where the SDK does.
+pub(crate) fn sdk_error(error: cloudevents::message::Error) -> Error {
+    use cloudevents::event::EventBuilderError as B;
+    use cloudevents::message::Error as M;
+    match error {
+        M::EventBuilderError {
+            source: B::MissingRequiredAttribute { attribute_name },
+        } => Error::bad_envelope(attribute_name, "missing"),
+        M::EventBuilderError {
+            source: B::ParseTimeError {
+                attribute_name,
+                source,
+            },
+        } => Error::bad_envelope(attribute_name, source.to_string()),
+        M::EventBuilderError {
+            source: B::ParseUrlError {
+                attribute_name,
+                source,
+            },
+        } => Error::bad_envelope(attribute_name, source.to_string()),
+        M::EventBuilderError {
+            source: B::InvalidUriRefError { attribute_name },
+        } => Error::bad_envelope(attribute_name, "not a URI reference"),
+        M::UnknownAttribute { name } => Error::bad_envelope(name, "unknown attribute"),
+        M::UnknownSpecVersion { source } => Error::bad_envelope("specversion", source.to_string()),
+        M::ParseTimeError { source } => Error::bad_envelope("time", source.to_string()),
+        M::ParseUrlError { source } => Error::bad_envelope("dataschema", source.to_string()),
+        other => Error::bad_envelope("envelope", other.to_string()),
+    }
+}
+
+impl BinaryDeserializer for NatsMessage<'_> {
+    fn deserialize_binary<R: Sized, V: BinarySerializer<R>>(
+        self,
+        mut visitor: V,
+    ) -> cloudevents::message::Result<R> {
+        let version = self.specversion.as_deref().unwrap_or_default();
+        visitor = visitor.set_spec_version(SpecVersion::try_from(version)?)?;
+        let attribute_names = SpecVersion::V10.attribute_names();
+        let mut has_content_type = false;
+        for (name, value) in self.attributes {
+            if attribute_names.contains(&name.as_str()) {
+                has_content_type |= name == "datacontenttype";
+                visitor = visitor.set_attribute(&name, MessageAttributeValue::String(value))?;
+            } else {
+                visitor = visitor.set_extension(&name, MessageAttributeValue::String(value))?;
+            }
+        }
+        if let (false, Some(content_type)) = (has_content_type, self.content_type) {
+            visitor =
+                visitor.set_attribute("datacontenttype", MessageAttributeValue::String(content_type))?;
+        }
+        if self.payload.is_empty() {
+            visitor.end()
+        } else {
+            visitor.end_with_data(self.payload.to_vec())
+        }
+    }
+}
+
+impl StructuredDeserializer for NatsMessage<'_> {
+    fn deserialize_structured<R: Sized, V: StructuredSerializer<R>>(
+        self,
+        visitor: V,
+    ) -> cloudevents::message::Result<R> {
+        visitor.set_structured_event(self.payload.to_vec())
+    }
+}
+
+impl MessageDeserializer for NatsMessage<'_> {
+    /// Structured when `content-type` is `application/cloudevents+json` (any case, parameters allowed),
+    /// binary when `ce-specversion` is present, unknown otherwise (a plain JSON body).
+    fn encoding(&self) -> Encoding {
+        let structured = self.content_type.as_deref().is_some_and(|ct| {
+            ct.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .eq_ignore_ascii_case(STRUCTURED_CONTENT_TYPE)
+        });
+        if structured {
+            Encoding::STRUCTURED
+        } else if self.specversion.is_some() {
+            Encoding::BINARY
+        } else {
+            Encoding::UNKNOWN
+        }
+    }
+}
+
+/// Writes an event as binary-mode headers and payload.
+#[derive(Debug, Default)]
+pub struct NatsBinaryWriter {
+    headers: HeaderMap,
+}
+
+impl NatsBinaryWriter {
+    fn put(mut self, name: &str, value: &str) -> cloudevents::message::Result<Self> {
+        let other = |reason: String| cloudevents::message::Error::Other {
+            source: reason.into(),
+        };
+        if !is_attribute_name(name) {
+            return Err(other(format!(
+                "`{name}` is not a CloudEvents attribute name (a-z, 0-9)"
+            )));
+        }
+        let header: HeaderName = format!("{CE_PREFIX}{name}")
+            .parse()
+            .map_err(|_| other(format!("bad header name for `{name}`")))?;
+        let encoded = utf8_percent_encode(value, HEADER_VALUE_ESCAPES).to_string();
+        // Percent-encoding removed CR and LF, so this cannot fail; it is fallible all the same.
+        let value: HeaderValue = encoded
+            .parse()
+            .map_err(|_| other(format!("bad header value for `{name}`")))?;
+        self.headers.insert(header, value);
+        Ok(self)
+    }
+}
+
+fn attribute_text(value: &MessageAttributeValue) -> String {
+    match value {
+        // RFC 3339 with `Z`, and only as many fraction digits as the time has.
+        MessageAttributeValue::DateTime(time) => time.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+        other => other.to_string(),
+    }
+}
+
+impl BinarySerializer<(HeaderMap, Bytes)> for NatsBinaryWriter {
+    fn set_spec_version(self, spec_version: SpecVersion) -> cloudevents::message::Result<Self> {
+        self.put("specversion", spec_version.as_str())
+    }
+
+    fn set_attribute(self, name: &str, value: MessageAttributeValue) -> cloudevents::message::Result<Self> {
+        self.put(name, &attribute_text(&value))
+    }
+
+    fn set_extension(self, name: &str, value: MessageAttributeValue) -> cloudevents::message::Result<Self> {
+        self.put(name, &attribute_text(&value))
+    }
+
+    fn end_with_data(self, bytes: Vec<u8>) -> cloudevents::message::Result<(HeaderMap, Bytes)> {
+        Ok((self.headers, Bytes::from(bytes)))
+    }
+
+    fn end(self) -> cloudevents::message::Result<(HeaderMap, Bytes)> {
+        Ok((self.headers, Bytes::new()))
+    }
+}
+
+/// Writes an event as a structured-mode message.
+#[derive(Debug, Default)]
+pub struct NatsStructuredWriter;
+
+impl StructuredSerializer<(HeaderMap, Bytes)> for NatsStructuredWriter {
+    fn set_structured_event(self, bytes: Vec<u8>) -> cloudevents::message::Result<(HeaderMap, Bytes)> {
+        let mut headers = HeaderMap::new();
+        let value: HeaderValue =
+            STRUCTURED_CONTENT_TYPE
+                .parse()
+                .map_err(|_| cloudevents::message::Error::Other {
+                    source: "content type".into(),
+                })?;
+        let name: HeaderName = "content-type"
+            .parse()
+            .map_err(|_| cloudevents::message::Error::Other {
+                source: "content-type header".into(),
+            })?;
+        headers.insert(name, value);
+        Ok((headers, Bytes::from(bytes)))
+    }
+}
+
+/// Puts `event` on the wire in `mode`.
+pub fn encode(event: &Event, mode: Mode) -> Result<(HeaderMap, Bytes)> {
+    let encode_error = |e: cloudevents::message::Error| Error::Encode {
+        reason: e.to_string(),
+    };
+    match mode {
+        Mode::Binary => BinaryDeserializer::deserialize_binary(event.clone(), NatsBinaryWriter::default())
+            .map_err(encode_error),
+        Mode::Structured => {
+            StructuredDeserializer::deserialize_structured(event.clone(), NatsStructuredWriter)
+                .map_err(encode_error)
+        }
+    }
+}
+
+/// The value of the first header named `name`, compared without regard to case.
+pub fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(n, _)| AsRef::<str>::as_ref(*n).eq_ignore_ascii_case(name))
+        .and_then(|(_, values)| values.first())
+        .map(HeaderValue::as_str)
+}

@@ -1,0 +1,265 @@
+//! The crate's one error type and the quarantine reasons its decode errors become.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ijson::JsonProblem;
+
+/// Why ingest refuses a message: the stable, machine-readable names quarantine subjects
+/// (`atl.quarantine.<tenant>.<reason>`), receipts and the CLI use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum QuarantineReason {
+    /// The CloudEvents envelope (or the agenttool-event envelope) is malformed: a required attribute is
+    /// missing or unparseable, or the body is not JSON.
+    BadEnvelope,
+    /// `type` names no event class of the spec or of the ledger.
+    UnknownClass,
+    /// The tenant in the subject is missing, malformed or reserved.
+    UnsafeTenant,
+    /// The `tenant` extension differs from the subject's tenant.
+    TenantMismatch,
+    /// The JSON is not I-JSON (RFC 7493) and so cannot be canonicalized faithfully.
+    NotIjson,
+    /// `data` is not valid under its class's official schema.
+    SchemaViolation,
+    /// The same identity (tenant, source, id) arrived again with different content.
+    DuplicateConflict,
+    /// The message could not be processed after the bounded number of deliveries.
+    PoisonMessage,
+}
+
+impl QuarantineReason {
+    /// Every reason.
+    pub const ALL: &'static [QuarantineReason] = &[
+        Self::BadEnvelope,
+        Self::UnknownClass,
+        Self::UnsafeTenant,
+        Self::TenantMismatch,
+        Self::NotIjson,
+        Self::SchemaViolation,
+        Self::DuplicateConflict,
+        Self::PoisonMessage,
+    ];
+
+    /// The stable snake_case name, also a NATS subject token.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::BadEnvelope => "bad_envelope",
+            Self::UnknownClass => "unknown_class",
+            Self::UnsafeTenant => "unsafe_tenant",
+            Self::TenantMismatch => "tenant_mismatch",
+            Self::NotIjson => "not_ijson",
+            Self::SchemaViolation => "schema_violation",
+            Self::DuplicateConflict => "duplicate_conflict",
+            Self::PoisonMessage => "poison_message",
+        }
+    }
+}
+
+impl fmt::Display for QuarantineReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for QuarantineReason {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| Error::UnknownQuarantineReason { name: s.to_owned() })
+    }
+}
+
+/// One place where `data` breaks its schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    /// JSON Pointer into the event (`/data/status`).
+    pub path: String,
+    /// What is wrong there.
+    pub reason: String,
+}
+
+/// What can go wrong decoding, encoding, canonicalizing or setting up the NATS contract.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The envelope is malformed; `attribute` names the CloudEvents attribute, header or envelope field.
+    #[error("bad envelope at `{attribute}`: {reason}")]
+    BadEnvelope {
+        /// The attribute (`id`, `time`, `ce-time`, `data`, `nats_subject`, …).
+        attribute: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `type` names no known event class.
+    #[error("unknown event class `{class}`")]
+    UnknownClass {
+        /// The `type` as received.
+        class: String,
+    },
+    /// The subject's tenant is missing, malformed or reserved; never rewritten.
+    #[error("unsafe tenant {tenant:?}: {reason}")]
+    UnsafeTenant {
+        /// The tenant token as received (may be empty).
+        tenant: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The `tenant` extension differs from the subject's tenant.
+    #[error("tenant extension {extension:?} differs from the subject's tenant `{subject}`")]
+    TenantMismatch {
+        /// The tenant from the NATS subject.
+        subject: String,
+        /// The `tenant` extension.
+        extension: String,
+    },
+    /// The input is not I-JSON.
+    #[error("not I-JSON at `{path}`: {problem}")]
+    NotIJson {
+        /// What is wrong.
+        problem: JsonProblem,
+        /// JSON Pointer to where (`` for the root).
+        path: String,
+    },
+    /// `data` is not valid under its class's official schema (filled in by ingest's validator).
+    #[error("schema violation for `{class}`: {}", display_violations(.violations))]
+    SchemaViolation {
+        /// The event class whose schema was applied.
+        class: String,
+        /// Every place the data breaks it.
+        violations: Vec<Violation>,
+    },
+    /// An event could not be put on the wire (an extension name that is no header token, say).
+    #[error("cannot encode event: {reason}")]
+    Encode {
+        /// Why.
+        reason: String,
+    },
+    /// A quarantine reason name that is not one of [`QuarantineReason::ALL`].
+    #[error("unknown quarantine reason `{name}`")]
+    UnknownQuarantineReason {
+        /// The name given.
+        name: String,
+    },
+    /// A live stream's configuration is weaker than the contract requires; it is left unchanged.
+    #[error("stream {stream} is weaker than required: {field} is {actual}, needs {required}")]
+    StreamConfigWeaker {
+        /// The stream.
+        stream: String,
+        /// The configuration field (`discard`, `max_age`, …).
+        field: String,
+        /// What the live stream has.
+        actual: String,
+        /// What the contract needs.
+        required: String,
+    },
+    /// A JetStream request failed.
+    #[error("jetstream {operation}: {reason}")]
+    JetStream {
+        /// What was being done (`create stream ATL_INBOUND`).
+        operation: String,
+        /// The client's or server's error text.
+        reason: String,
+    },
+}
+
+fn display_violations(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .map(|v| format!("{}: {}", v.path, v.reason))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Error {
+    /// The quarantine reason this error becomes when it rejects an inbound message; `None` for errors
+    /// that are not about a message's content (NATS failures, configuration).
+    pub fn quarantine_reason(&self) -> Option<QuarantineReason> {
+        Some(match self {
+            Self::BadEnvelope { .. } => QuarantineReason::BadEnvelope,
+            Self::UnknownClass { .. } => QuarantineReason::UnknownClass,
+            Self::UnsafeTenant { .. } => QuarantineReason::UnsafeTenant,
+            Self::TenantMismatch { .. } => QuarantineReason::TenantMismatch,
+            Self::NotIJson { .. } => QuarantineReason::NotIjson,
+            Self::SchemaViolation { .. } => QuarantineReason::SchemaViolation,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn bad_envelope(attribute: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::BadEnvelope {
+            attribute: attribute.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn jetstream(operation: impl Into<String>, reason: impl fmt::Display) -> Self {
+        Self::JetStream {
+            operation: operation.into(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Result with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_have_stable_names_that_round_trip() {
+        let names: Vec<_> = QuarantineReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "bad_envelope",
+                "unknown_class",
+                "unsafe_tenant",
+                "tenant_mismatch",
+                "not_ijson",
+                "schema_violation",
+                "duplicate_conflict",
+                "poison_message"
+            ]
+        );
+        for reason in QuarantineReason::ALL {
+            assert_eq!(reason.as_str().parse::<QuarantineReason>().unwrap(), *reason);
+            let json = serde_json::to_string(reason).unwrap();
+            assert_eq!(json, format!("\"{}\"", reason.as_str()));
+        }
+        assert!("nope".parse::<QuarantineReason>().is_err());
+    }
+
+    #[test]
+    fn schema_violation_lists_every_path() {
+        let error = Error::SchemaViolation {
+            class: "tool.invocation.planned".into(),
+            violations: vec![
+                Violation {
+                    path: "/data/status".into(),
+                    reason: "not a string".into(),
+                },
+                Violation {
+                    path: "/data/tool_id".into(),
+                    reason: "required".into(),
+                },
+            ],
+        };
+        let text = error.to_string();
+        assert!(
+            text.contains("/data/status: not a string; /data/tool_id: required"),
+            "{text}"
+        );
+        assert_eq!(error.quarantine_reason(), Some(QuarantineReason::SchemaViolation));
+    }
+}

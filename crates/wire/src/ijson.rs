@@ -1,0 +1,653 @@
+//! A strict JSON parser that accepts only I-JSON (RFC 7493): what RFC 8785 can canonicalize faithfully.
+//!
+//! serde_json keeps the last of duplicate keys, reads big integer literals as rounded doubles and
+//! parses floats with a fast, not always correctly rounded, algorithm; each of those would make the
+//! ledger's canonical bytes say something the producer did not. So inbound JSON goes through this
+//! small recursive-descent parser instead, in one pass, and every refusal names its problem and its
+//! JSON Pointer:
+//!
+//! - duplicate object keys (compared after unescaping);
+//! - integer literals (no fraction, no exponent) beyond ±(2^53−1);
+//! - numbers whose magnitude overflows a double (`1e400`); non-integers such as `1E30` are fine;
+//! - invalid UTF-8 inside strings, and lone surrogate escapes (`"\ud800"`);
+//! - and, not I-JSON problems but still refusals: syntax errors and nesting deeper than
+//!   [`MAX_DEPTH`] (the parser recurses, and a stack overflow must not be reachable from the wire).
+//!
+//! Floats are read with Rust's `str::parse::<f64>`, which rounds correctly.
+
+use std::fmt;
+
+use serde_json::{Map, Number, Value};
+
+/// Deepest nesting of arrays and objects accepted.
+pub const MAX_DEPTH: usize = 128;
+
+/// The largest integer magnitude I-JSON allows: 2^53 − 1.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Longest literal or key quoted back in an error.
+const QUOTE_LIMIT: usize = 48;
+
+/// What is wrong with a JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JsonProblem {
+    /// Not JSON at all.
+    Syntax {
+        /// Byte offset of the problem.
+        offset: usize,
+        /// What was expected or found.
+        message: String,
+    },
+    /// Arrays and objects nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// An object has the same key twice.
+    DuplicateKey {
+        /// The key (shortened when long).
+        key: String,
+    },
+    /// An integer literal beyond ±(2^53−1).
+    IntegerOutOfRange {
+        /// The literal (shortened when long).
+        literal: String,
+    },
+    /// A number whose magnitude overflows a double.
+    NumberOverflow {
+        /// The literal (shortened when long).
+        literal: String,
+    },
+    /// A `\uD800`–`\uDFFF` escape without its pair.
+    LoneSurrogate {
+        /// The unpaired UTF-16 code unit.
+        code_unit: u16,
+    },
+    /// Bytes in a string that are not UTF-8.
+    InvalidUtf8 {
+        /// Byte offset of the first bad byte.
+        offset: usize,
+    },
+}
+
+impl JsonProblem {
+    /// True for the problems RFC 7493 names (the input is JSON, but not I-JSON); false for syntax
+    /// errors and excessive nesting.
+    pub fn is_ijson_violation(&self) -> bool {
+        !matches!(self, Self::Syntax { .. } | Self::TooDeep)
+    }
+}
+
+impl fmt::Display for JsonProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Syntax { offset, message } => write!(f, "invalid JSON at byte {offset}: {message}"),
+            Self::TooDeep => write!(f, "nested deeper than {MAX_DEPTH} levels"),
+            Self::DuplicateKey { key } => write!(f, "duplicate key {key:?}"),
+            Self::IntegerOutOfRange { literal } => {
+                write!(f, "integer {literal} is beyond ±(2^53−1)")
+            }
+            Self::NumberOverflow { literal } => write!(f, "number {literal} overflows a double"),
+            Self::LoneSurrogate { code_unit } => write!(f, "lone surrogate \\u{code_unit:04x}"),
+            Self::InvalidUtf8 { offset } => write!(f, "invalid UTF-8 at byte {offset}"),
+        }
+    }
+}
+
+/// A refused JSON text: the problem and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError {
+    /// What is wrong.
+    pub problem: JsonProblem,
+    /// JSON Pointer (RFC 6901) to the value where it is; empty for the root.
+    pub path: String,
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at `{}`", self.problem, self.path)
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+impl JsonError {
+    /// The same error with `prefix` (a JSON Pointer) put before its path.
+    pub fn under(mut self, prefix: &str) -> Self {
+        self.path = format!("{prefix}{}", self.path);
+        self
+    }
+}
+
+impl From<JsonError> for crate::Error {
+    /// I-JSON violations become `not_ijson`; syntax and nesting become `bad_envelope` naming the path.
+    fn from(error: JsonError) -> Self {
+        if error.problem.is_ijson_violation() {
+            crate::Error::NotIJson {
+                problem: error.problem,
+                path: error.path,
+            }
+        } else {
+            let attribute = if error.path.is_empty() {
+                "body".to_owned()
+            } else {
+                error.path
+            };
+            crate::Error::bad_envelope(attribute, error.problem.to_string())
+        }
+    }
+}
+
+/// Parses `bytes` as one I-JSON text: what every inbound message goes through.
+pub fn parse(bytes: &[u8]) -> Result<Value, JsonError> {
+    parse_with(bytes, false)
+}
+
+/// Parses JSON that RFC 8785 wrote, such as a stored ledger entry. JCS writes every number as a
+/// double, and a double of magnitude 2^53 or more with no fraction comes out as an integer literal
+/// (`1e20` is written `100000000000000000000`); here such literals are read back as the doubles they
+/// are. Every other check of [`parse`] applies.
+pub fn parse_canonical(bytes: &[u8]) -> Result<Value, JsonError> {
+    parse_with(bytes, true)
+}
+
+fn parse_with(bytes: &[u8], big_integers_are_doubles: bool) -> Result<Value, JsonError> {
+    let mut parser = Parser {
+        bytes,
+        pos: 0,
+        path: Vec::new(),
+        big_integers_are_doubles,
+    };
+    parser.skip_ws();
+    let value = parser.value(0)?;
+    parser.skip_ws();
+    if parser.pos != bytes.len() {
+        return Err(parser.syntax("trailing characters after the value"));
+    }
+    Ok(value)
+}
+
+/// One step of a JSON Pointer.
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+/// Renders path segments as a JSON Pointer.
+fn pointer(path: &[Segment]) -> String {
+    let mut out = String::new();
+    for segment in path {
+        out.push('/');
+        match segment {
+            Segment::Key(key) => out.push_str(&key.replace('~', "~0").replace('/', "~1")),
+            Segment::Index(index) => out.push_str(&index.to_string()),
+        }
+    }
+    out
+}
+
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_LIMIT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+struct Parser<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    path: Vec<Segment>,
+    big_integers_are_doubles: bool,
+}
+
+impl Parser<'_> {
+    fn fail(&self, problem: JsonProblem) -> JsonError {
+        JsonError {
+            problem,
+            path: pointer(&self.path),
+        }
+    }
+
+    fn syntax(&self, message: &str) -> JsonError {
+        let found = match self.bytes.get(self.pos) {
+            Some(b) if b.is_ascii_graphic() => format!(", found `{}`", char::from(*b)),
+            Some(b) => format!(", found byte 0x{b:02x}"),
+            None => ", found the end".to_owned(),
+        };
+        self.fail(JsonProblem::Syntax {
+            offset: self.pos,
+            message: format!("{message}{found}"),
+        })
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn literal(&mut self, word: &[u8], value: Value) -> Result<Value, JsonError> {
+        if self.bytes[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(value)
+        } else {
+            Err(self.syntax("expected a value"))
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, JsonError> {
+        match self.peek() {
+            Some(b'{') => self.object(depth + 1),
+            Some(b'[') => self.array(depth + 1),
+            Some(b'"') => self.string().map(Value::String),
+            Some(b't') => self.literal(b"true", Value::Bool(true)),
+            Some(b'f') => self.literal(b"false", Value::Bool(false)),
+            Some(b'n') => self.literal(b"null", Value::Null),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => Err(self.syntax("expected a value")),
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Value, JsonError> {
+        if depth > MAX_DEPTH {
+            return Err(self.fail(JsonProblem::TooDeep));
+        }
+        self.pos += 1;
+        let mut map = Map::new();
+        self.skip_ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(Value::Object(map));
+        }
+        loop {
+            self.skip_ws();
+            if self.peek() != Some(b'"') {
+                return Err(self.syntax("expected a string key"));
+            }
+            let key = self.string()?;
+            self.skip_ws();
+            if self.peek() != Some(b':') {
+                return Err(self.syntax("expected `:`"));
+            }
+            self.pos += 1;
+            self.skip_ws();
+            if map.contains_key(&key) {
+                self.path.push(Segment::Key(key.clone()));
+                let error = self.fail(JsonProblem::DuplicateKey { key: shorten(&key) });
+                return Err(error);
+            }
+            self.path.push(Segment::Key(key));
+            let value = self.value(depth)?;
+            let key = match self.path.pop() {
+                Some(Segment::Key(key)) => key,
+                // The key pushed above comes back; refuse rather than panic should that ever change.
+                _ => return Err(self.syntax("internal error: path out of step")),
+            };
+            map.insert(key, value);
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(Value::Object(map));
+                }
+                _ => return Err(self.syntax("expected `,` or `}`")),
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Value, JsonError> {
+        if depth > MAX_DEPTH {
+            return Err(self.fail(JsonProblem::TooDeep));
+        }
+        self.pos += 1;
+        let mut items = Vec::new();
+        self.skip_ws();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            return Ok(Value::Array(items));
+        }
+        loop {
+            self.skip_ws();
+            self.path.push(Segment::Index(items.len()));
+            let value = self.value(depth)?;
+            self.path.pop();
+            items.push(value);
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    return Ok(Value::Array(items));
+                }
+                _ => return Err(self.syntax("expected `,` or `]`")),
+            }
+        }
+    }
+
+    /// A string starting at the opening quote.
+    fn string(&mut self) -> Result<String, JsonError> {
+        self.pos += 1;
+        let mut out = String::new();
+        loop {
+            // Copy the longest run of plain bytes at once, validating it as UTF-8.
+            let start = self.pos;
+            while let Some(b) = self.peek() {
+                if b == b'"' || b == b'\\' || b < 0x20 {
+                    break;
+                }
+                self.pos += 1;
+            }
+            let run = &self.bytes[start..self.pos];
+            match std::str::from_utf8(run) {
+                Ok(text) => out.push_str(text),
+                Err(e) => {
+                    return Err(self.fail(JsonProblem::InvalidUtf8 {
+                        offset: start + e.valid_up_to(),
+                    }));
+                }
+            }
+            match self.peek() {
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                Some(b'\\') => {
+                    self.pos += 1;
+                    self.escape(&mut out)?;
+                }
+                Some(_) => return Err(self.syntax("unescaped control character in a string")),
+                None => return Err(self.syntax("unterminated string")),
+            }
+        }
+    }
+
+    fn escape(&mut self, out: &mut String) -> Result<(), JsonError> {
+        let Some(b) = self.peek() else {
+            return Err(self.syntax("unterminated escape"));
+        };
+        self.pos += 1;
+        let c = match b {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let unit = self.hex4()?;
+                match unit {
+                    0xD800..=0xDBFF => {
+                        if self.bytes[self.pos..].starts_with(b"\\u") {
+                            let save = self.pos;
+                            self.pos += 2;
+                            let low = self.hex4()?;
+                            if (0xDC00..=0xDFFF).contains(&low) {
+                                let code =
+                                    0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
+                                char::from_u32(code).ok_or_else(|| self.syntax("bad surrogate pair"))?
+                            } else {
+                                self.pos = save;
+                                return Err(self.fail(JsonProblem::LoneSurrogate { code_unit: unit }));
+                            }
+                        } else {
+                            return Err(self.fail(JsonProblem::LoneSurrogate { code_unit: unit }));
+                        }
+                    }
+                    0xDC00..=0xDFFF => return Err(self.fail(JsonProblem::LoneSurrogate { code_unit: unit })),
+                    _ => char::from_u32(u32::from(unit)).ok_or_else(|| self.syntax("bad escape"))?,
+                }
+            }
+            _ => {
+                self.pos -= 1;
+                return Err(self.syntax("invalid escape"));
+            }
+        };
+        out.push(c);
+        Ok(())
+    }
+
+    fn hex4(&mut self) -> Result<u16, JsonError> {
+        let digits = self
+            .bytes
+            .get(self.pos..self.pos + 4)
+            .ok_or_else(|| self.syntax("short \\u escape"))?;
+        let mut unit: u16 = 0;
+        for d in digits {
+            let v = (*d as char)
+                .to_digit(16)
+                .ok_or_else(|| self.syntax("bad hex digit in \\u escape"))?;
+            unit = unit * 16 + v as u16;
+        }
+        self.pos += 4;
+        Ok(unit)
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.pos;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+        self.pos - start
+    }
+
+    fn number(&mut self) -> Result<Value, JsonError> {
+        let start = self.pos;
+        let negative = self.peek() == Some(b'-');
+        if negative {
+            self.pos += 1;
+        }
+        let int_start = self.pos;
+        match self.digits() {
+            0 => return Err(self.syntax("expected a digit")),
+            n if n > 1 && self.bytes[int_start] == b'0' => {
+                self.pos = int_start + 1;
+                return Err(self.syntax("leading zero in a number"));
+            }
+            _ => {}
+        }
+        let mut integer = true;
+        if self.peek() == Some(b'.') {
+            integer = false;
+            self.pos += 1;
+            if self.digits() == 0 {
+                return Err(self.syntax("expected a digit after `.`"));
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            integer = false;
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            if self.digits() == 0 {
+                return Err(self.syntax("expected a digit in the exponent"));
+            }
+        }
+        // The number grammar above admits ASCII only, so this cannot fail; map it anyway rather than panic.
+        let literal = std::str::from_utf8(&self.bytes[start..self.pos])
+            .map_err(|_| self.syntax("number is not ASCII"))?;
+        if integer {
+            let magnitude = &literal[usize::from(negative)..];
+            let within =
+                magnitude.len() <= 16 && magnitude.parse::<u64>().is_ok_and(|m| m <= MAX_SAFE_INTEGER);
+            if !within && !self.big_integers_are_doubles {
+                return Err(self.fail(JsonProblem::IntegerOutOfRange {
+                    literal: shorten(literal),
+                }));
+            }
+            if within {
+                let number = match literal.parse::<i64>() {
+                    Ok(n) => Number::from(n),
+                    Err(_) => return Err(self.syntax("integer literal")),
+                };
+                return Ok(Value::Number(number));
+            }
+        }
+        let float: f64 = literal.parse().map_err(|_| self.syntax("number literal"))?;
+        if !float.is_finite() {
+            return Err(self.fail(JsonProblem::NumberOverflow {
+                literal: shorten(literal),
+            }));
+        }
+        Number::from_f64(float).map(Value::Number).ok_or_else(|| {
+            self.fail(JsonProblem::NumberOverflow {
+                literal: shorten(literal),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(text: &[u8]) -> JsonError {
+        parse(text).expect_err("should be refused")
+    }
+
+    #[test]
+    fn accepts_ordinary_json() {
+        let value =
+            parse(br#" {"a": [1, -2, 3.5, "x\u00e9\ud83d\ude00", true, false, null], "b": {}} "#).unwrap();
+        assert_eq!(value["a"][3], "xé😀");
+        assert_eq!(value["a"][1], -2);
+        assert_eq!(
+            parse(b"9007199254740991").unwrap(),
+            serde_json::json!(9007199254740991_u64)
+        );
+        assert_eq!(
+            parse(b"-9007199254740991").unwrap(),
+            serde_json::json!(-9007199254740991_i64)
+        );
+        assert_eq!(parse(b"1E30").unwrap().as_f64(), Some(1e30));
+        assert_eq!(parse(b"-0").unwrap(), serde_json::json!(0));
+    }
+
+    #[test]
+    fn integer_values_match_serde_json() {
+        for text in ["0", "-1", "42", "[1,2]", "{\"a\":-5}", "1.5", "3.0"] {
+            assert_eq!(
+                parse(text.as_bytes()).unwrap(),
+                serde_json::from_str::<Value>(text).unwrap(),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn duplicate_key_is_named_with_its_path() {
+        let e = problem(br#"{"x": {"a": 1, "b": 2, "a": 3}}"#);
+        assert_eq!(e.problem, JsonProblem::DuplicateKey { key: "a".into() });
+        assert_eq!(e.path, "/x/a");
+        // Keys compare after unescaping.
+        let e = problem(br#"{"a": 1, "\u0061": 2}"#);
+        assert!(matches!(e.problem, JsonProblem::DuplicateKey { .. }));
+    }
+
+    #[test]
+    fn big_integer_literal_is_refused() {
+        let e = problem(br#"{"n": [0, 9007199254740992]}"#);
+        assert_eq!(
+            e.problem,
+            JsonProblem::IntegerOutOfRange {
+                literal: "9007199254740992".into()
+            }
+        );
+        assert_eq!(e.path, "/n/1");
+        let e = problem(b"-9007199254740992");
+        assert!(matches!(e.problem, JsonProblem::IntegerOutOfRange { .. }));
+        let e = problem(b"123456789012345678901234567890");
+        assert!(matches!(e.problem, JsonProblem::IntegerOutOfRange { .. }));
+    }
+
+    #[test]
+    fn overflowing_number_is_refused() {
+        let e = problem(br#"{"big": 1e400}"#);
+        assert_eq!(
+            e.problem,
+            JsonProblem::NumberOverflow {
+                literal: "1e400".into()
+            }
+        );
+        assert_eq!(e.path, "/big");
+        assert!(matches!(
+            problem(b"-1.5e309").problem,
+            JsonProblem::NumberOverflow { .. }
+        ));
+    }
+
+    #[test]
+    fn lone_surrogates_are_refused() {
+        let e = problem(br#"{"s": "\ud800"}"#);
+        assert_eq!(e.problem, JsonProblem::LoneSurrogate { code_unit: 0xd800 });
+        assert_eq!(e.path, "/s");
+        assert!(matches!(
+            problem(br#""\udc00x""#).problem,
+            JsonProblem::LoneSurrogate { code_unit: 0xdc00 }
+        ));
+        assert!(matches!(
+            problem(br#""\ud800\u0041""#).problem,
+            JsonProblem::LoneSurrogate { .. }
+        ));
+    }
+
+    #[test]
+    fn invalid_utf8_is_refused() {
+        let e = problem(b"{\"k\": [\"ok\", \"bad \xff\xfe\"]}");
+        assert_eq!(e.problem, JsonProblem::InvalidUtf8 { offset: 18 });
+        assert_eq!(e.path, "/k/1");
+        assert!(e.problem.is_ijson_violation());
+    }
+
+    #[test]
+    fn syntax_errors_and_depth_are_not_ijson_violations() {
+        for bad in [
+            &b""[..],
+            b"{",
+            b"[1,]",
+            b"01",
+            b"1.",
+            b"\"a",
+            b"{\"a\" 1}",
+            b"nul",
+            b"1 2",
+            b"\"\x01\"",
+        ] {
+            let e = problem(bad);
+            assert!(matches!(e.problem, JsonProblem::Syntax { .. }), "{bad:?}: {e}");
+            assert!(!e.problem.is_ijson_violation());
+        }
+        let deep = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
+        assert_eq!(problem(deep.as_bytes()).problem, JsonProblem::TooDeep);
+        let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
+        assert!(parse(ok.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn canonical_reading_takes_big_integer_literals_as_doubles() {
+        assert_eq!(
+            parse_canonical(b"100000000000000000000").unwrap().as_f64(),
+            Some(1e20)
+        );
+        assert_eq!(parse_canonical(b"[5]").unwrap(), serde_json::json!([5]));
+        assert!(matches!(
+            parse_canonical(br#"{"a":1,"a":2}"#).unwrap_err().problem,
+            JsonProblem::DuplicateKey { .. }
+        ));
+        assert!(matches!(
+            parse(b"100000000000000000000").unwrap_err().problem,
+            JsonProblem::IntegerOutOfRange { .. }
+        ));
+    }
+
+    #[test]
+    fn pointer_escapes_tilde_and_slash() {
+        let e = problem(br#"{"a/b": {"c~d": [1e999]}}"#);
+        assert_eq!(e.path, "/a~1b/c~0d/0");
+    }
+}

@@ -1,0 +1,215 @@
+//! RFC 8785 JSON Canonicalization Scheme: the one byte form of a ledger entry.
+//!
+//! Object members sorted by the UTF-16 code units of their names, no whitespace, strings escaped the
+//! way ECMAScript's `JSON.stringify` does, numbers written the way ECMAScript's `Number.prototype.toString`
+//! does (via `ryu-js`). The input is a `serde_json::Value`; integers beyond ±(2^53−1) have no faithful
+//! double and are refused, as in [`crate::ijson`].
+
+use serde_json::Value;
+
+use crate::ijson::{self, JsonError, JsonProblem, MAX_SAFE_INTEGER};
+
+/// The canonical bytes of `value`.
+pub fn to_vec(value: &Value) -> Result<Vec<u8>, JsonError> {
+    let mut out = Vec::with_capacity(128);
+    write_value(&mut out, value).map_err(|(problem, mut segments)| {
+        segments.reverse();
+        JsonError {
+            problem,
+            path: segments.concat(),
+        }
+    })?;
+    Ok(out)
+}
+
+/// Canonicalizes a JSON text the way RFC 8785 does: every number a double. Duplicate keys, invalid
+/// UTF-8, lone surrogates and overflowing numbers are refused; integer literals beyond 2^53 are read as
+/// the nearest double, as RFC 8785 prescribes, which makes this idempotent. Inbound messages go through
+/// the stricter [`ijson::parse`] first, which refuses those literals instead.
+pub fn canonicalize(bytes: &[u8]) -> Result<Vec<u8>, JsonError> {
+    to_vec(&ijson::parse_canonical(bytes)?)
+}
+
+/// A problem with the pointer segments collected on the way out (innermost first).
+type WriteError = (JsonProblem, Vec<String>);
+
+fn segment(name: &str) -> String {
+    format!("/{}", name.replace('~', "~0").replace('/', "~1"))
+}
+
+fn write_value(out: &mut Vec<u8>, value: &Value) -> Result<(), WriteError> {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(number) => write_number(out, number)?,
+        Value::String(text) => write_string(out, text),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                write_value(out, item).map_err(|(p, mut s)| {
+                    s.push(format!("/{index}"));
+                    (p, s)
+                })?;
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push(b'{');
+            for (index, (key, item)) in members.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                write_string(out, key);
+                out.push(b':');
+                write_value(out, item).map_err(|(p, mut s)| {
+                    s.push(segment(key));
+                    (p, s)
+                })?;
+            }
+            out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+fn write_number(out: &mut Vec<u8>, number: &serde_json::Number) -> Result<(), WriteError> {
+    if let Some(i) = number.as_i64() {
+        if i.unsigned_abs() > MAX_SAFE_INTEGER {
+            return Err((
+                JsonProblem::IntegerOutOfRange {
+                    literal: i.to_string(),
+                },
+                Vec::new(),
+            ));
+        }
+        // A safe integer's ECMAScript form is its decimal digits.
+        out.extend_from_slice(i.to_string().as_bytes());
+        return Ok(());
+    }
+    if let Some(u) = number.as_u64() {
+        return Err((
+            JsonProblem::IntegerOutOfRange {
+                literal: u.to_string(),
+            },
+            Vec::new(),
+        ));
+    }
+    let float = number.as_f64().filter(|f| f.is_finite()).ok_or_else(|| {
+        (
+            JsonProblem::NumberOverflow {
+                literal: number.to_string(),
+            },
+            Vec::new(),
+        )
+    })?;
+    if float == 0.0 {
+        // Both zeros are "0" in ECMAScript.
+        out.push(b'0');
+    } else {
+        out.extend_from_slice(ryu_js::Buffer::new().format_finite(float).as_bytes());
+    }
+    Ok(())
+}
+
+fn write_string(out: &mut Vec<u8>, text: &str) {
+    out.push(b'"');
+    for c in text.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\u{8}' => out.extend_from_slice(b"\\b"),
+            '\u{c}' => out.extend_from_slice(b"\\f"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            c if u32::from(c) < 0x20 => out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes()),
+            c => {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(text: &str) -> String {
+        String::from_utf8(canonicalize(text.as_bytes()).unwrap()).unwrap()
+    }
+
+    /// Number serialization samples from RFC 8785 Appendix B (IEEE-754 bit patterns and their text).
+    #[test]
+    fn rfc8785_appendix_b_numbers() {
+        let cases: &[(u64, &str)] = &[
+            (0x0000000000000000, "0"),
+            (0x8000000000000000, "0"),
+            (0x0000000000000001, "5e-324"),
+            (0x8000000000000001, "-5e-324"),
+            (0x7fefffffffffffff, "1.7976931348623157e+308"),
+            (0xffefffffffffffff, "-1.7976931348623157e+308"),
+            (0x4340000000000000, "9007199254740992"),
+            (0xc340000000000000, "-9007199254740992"),
+            (0x4430000000000000, "295147905179352830000"),
+            (0x44b52d02c7e14af5, "9.999999999999997e+22"),
+            (0x44b52d02c7e14af6, "1e+23"),
+            (0x44b52d02c7e14af7, "1.0000000000000001e+23"),
+            (0x444b1ae4d6e2ef4e, "999999999999999700000"),
+            (0x444b1ae4d6e2ef4f, "999999999999999900000"),
+            (0x444b1ae4d6e2ef50, "1e+21"),
+            (0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"),
+            (0x3eb0c6f7a0b5ed8d, "0.000001"),
+            (0x41b3de4355555553, "333333333.3333332"),
+            (0x41b3de4355555554, "333333333.33333325"),
+            (0x41b3de4355555555, "333333333.3333333"),
+            (0x41b3de4355555556, "333333333.3333334"),
+            (0x41b3de4355555557, "333333333.33333343"),
+            (0xbecbf647612f3696, "-0.0000033333333333333333"),
+            (0x43143ff3c1cb0959, "1424953923781206.2"),
+        ];
+        for (bits, expected) in cases {
+            let value = Value::Number(serde_json::Number::from_f64(f64::from_bits(*bits)).unwrap());
+            assert_eq!(
+                String::from_utf8(to_vec(&value).unwrap()).unwrap(),
+                *expected,
+                "{bits:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_sort_by_utf16_code_units() {
+        // RFC 8785 section 3.2.3's sorting example: UTF-16 order puts U+1F600 (a surrogate pair,
+        // 0xD83D…) before U+FB33 although its code point is larger.
+        let input = r#"{"\u20ac": "Euro Sign", "\r": "Carriage Return", "\ufb33": "Hebrew Letter Dalet With Dagesh",
+            "1": "One", "\ud83d\ude00": "Emoji: Grinning Face", "\u0080": "Control", "\u00f6": "Latin Small Letter O With Diaeresis"}"#;
+        let expected = "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u{80}\":\"Control\",\"\u{f6}\":\"Latin Small Letter O With Diaeresis\",\"\u{20ac}\":\"Euro Sign\",\"\u{1f600}\":\"Emoji: Grinning Face\",\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}";
+        assert_eq!(canon(input), expected);
+    }
+
+    #[test]
+    fn strings_escape_like_ecmascript() {
+        assert_eq!(
+            canon(r#""\u0000\u001f\u007f\b\f\n\r\t\"\\\/é""#),
+            "\"\\u0000\\u001f\u{7f}\\b\\f\\n\\r\\t\\\"\\\\/é\""
+        );
+    }
+
+    #[test]
+    fn unsafe_integers_in_a_value_are_refused_with_their_path() {
+        let value = serde_json::json!({"a": [1, {"b": 9007199254740993_u64}]});
+        let error = to_vec(&value).unwrap_err();
+        assert_eq!(error.path, "/a/1/b");
+        assert!(matches!(error.problem, JsonProblem::IntegerOutOfRange { .. }));
+        let value = serde_json::json!({"x/y": -9007199254740993_i64});
+        assert_eq!(to_vec(&value).unwrap_err().path, "/x~1y");
+    }
+}

@@ -1,0 +1,275 @@
+//! Property tests: encode → decode is identity in both modes; arbitrary bytes and headers never panic
+//! the decoder; canonicalization is idempotent and blind to key order and whitespace.
+
+use async_nats::HeaderMap;
+use async_nats::header::{HeaderName, HeaderValue};
+use chrono::{DateTime, Utc};
+use proptest::prelude::*;
+use serde_json::{Map, Number, Value};
+use toolledger_schemas::EventClass;
+use toolledger_wire::cloudevents::event::{EventBuilder, EventBuilderV10, ExtensionValue};
+use toolledger_wire::cloudevents::{Data, Event};
+use toolledger_wire::subject::inbound_subject;
+use toolledger_wire::{Mode, Tenant, binding, decode, jcs};
+
+use super::TENANT;
+
+/// CloudEvents attribute names and the contract's extensions, which generated extensions avoid.
+const RESERVED: &[&str] = &[
+    "specversion",
+    "id",
+    "type",
+    "source",
+    "datacontenttype",
+    "dataschema",
+    "subject",
+    "time",
+    "data",
+    "tenant",
+    "sessionid",
+    "invocationid",
+    "toolid",
+    "traceparent",
+    "tracestate",
+];
+
+fn json_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        (-(1i64 << 53) + 1..(1i64 << 53)).prop_map(|n| Value::Number(n.into())),
+        any::<f64>().prop_filter_map("finite", |f| Number::from_f64(f).map(Value::Number)),
+        any::<String>().prop_map(Value::String),
+    ]
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    json_leaf().prop_recursive(3, 32, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map(any::<String>(), inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+fn json_object() -> impl Strategy<Value = Value> {
+    prop::collection::btree_map(any::<String>(), json_value(), 0..6)
+        .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>()))
+}
+
+fn nonempty_text() -> impl Strategy<Value = String> {
+    // Any characters, spaces, quotes, percent signs, CR/LF: everything percent-encoding must survive.
+    prop_oneof!["[ -~]{1,20}", "\\PC{1,12}", "[a\r\n %\"é€😀]{1,10}"]
+}
+
+fn time() -> impl Strategy<Value = DateTime<Utc>> {
+    (0i64..4_102_444_800, 0u32..1_000_000_000)
+        .prop_map(|(secs, nanos)| DateTime::<Utc>::from_timestamp(secs, nanos).expect("in range"))
+}
+
+fn extension_value(binary: bool) -> BoxedStrategy<ExtensionValue> {
+    if binary {
+        // Headers carry text; a binary-mode extension comes back as a string.
+        nonempty_text().prop_map(ExtensionValue::String).boxed()
+    } else {
+        prop_oneof![
+            nonempty_text().prop_map(ExtensionValue::String),
+            any::<bool>().prop_map(ExtensionValue::Boolean),
+            (-(1i64 << 53) + 1..(1i64 << 53)).prop_map(ExtensionValue::Integer),
+        ]
+        .boxed()
+    }
+}
+
+prop_compose! {
+    fn event(binary: bool)(
+        id in nonempty_text(),
+        source in nonempty_text(),
+        class in prop::sample::select(EventClass::ALL.to_vec()),
+        subject in prop::option::of(nonempty_text()),
+        time in prop::option::of(time()),
+        content_type in prop::option::of(Just("application/json")),
+        session in prop::option::of(nonempty_text()),
+        extensions in prop::collection::btree_map("[a-z0-9]{1,12}", extension_value(binary), 0..4),
+        data in prop::option::of(json_object()),
+    ) -> Event {
+        let mut builder = EventBuilderV10::new().id(id).source(source).ty(class.as_str()).extension("tenant", TENANT);
+        if let Some(subject) = subject { builder = builder.subject(subject); }
+        if let Some(time) = time { builder = builder.time(time); }
+        if let Some(session) = session { builder = builder.extension("sessionid", session); }
+        for (name, value) in extensions {
+            if !RESERVED.contains(&name.as_str()) { builder = builder.extension(&name, value); }
+        }
+        let mut event = builder.build().expect("generated event builds");
+        if let Some(data) = data {
+            match content_type {
+                Some(ct) => { event.set_data(ct, data); }
+                None => { event.set_data_unchecked(Data::Json(data)); }
+            }
+        }
+        event
+    }
+}
+
+fn subject_of(event: &Event) -> String {
+    use toolledger_wire::cloudevents::AttributesReader;
+    let class: EventClass = event.ty().parse().expect("known class");
+    inbound_subject(&Tenant::parse(TENANT).expect("tenant"), class)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn binary_round_trip_is_identity(event in event(true)) {
+        let (headers, payload) = binding::encode(&event, Mode::Binary).expect("encodes");
+        let decoded = decode(&subject_of(&event), Some(&headers), &payload).expect("decodes");
+        prop_assert_eq!(decoded.origin, toolledger_wire::Origin::Binary);
+        prop_assert_eq!(decoded.event, event);
+    }
+
+    #[test]
+    fn structured_round_trip_is_identity(event in event(false)) {
+        let (headers, payload) = binding::encode(&event, Mode::Structured).expect("encodes");
+        let decoded = decode(&subject_of(&event), Some(&headers), &payload).expect("decodes");
+        prop_assert_eq!(decoded.origin, toolledger_wire::Origin::Structured);
+        prop_assert_eq!(decoded.event, event);
+    }
+
+    #[test]
+    fn arbitrary_payloads_never_panic(
+        payload in prop::collection::vec(any::<u8>(), 0..256),
+        mode in 0u8..3,
+    ) {
+        let headers = match mode {
+            0 => None,
+            1 => Some(super::headers(&[("content-type", "application/cloudevents+json")])),
+            _ => Some(super::headers(&[("ce-specversion", "1.0"), ("ce-id", "1"), ("ce-source", "s"),
+                ("ce-type", "tool.declared"), ("ce-tenant", TENANT)])),
+        };
+        let _ = decode("atl.in.acme.tool.declared", headers.as_ref(), &payload);
+    }
+
+    #[test]
+    fn arbitrary_json_bodies_never_panic(value in json_value(), structured in any::<bool>()) {
+        let payload = serde_json::to_vec(&value).expect("serializes");
+        let headers = structured.then(|| super::headers(&[("content-type", "application/cloudevents+json")]));
+        let _ = decode("atl.in.acme.tool.declared", headers.as_ref(), &payload);
+    }
+
+    #[test]
+    fn arbitrary_headers_never_panic(
+        pairs in prop::collection::vec((
+            prop_oneof!["(ce|CE|Ce)-[a-zA-Z0-9_-]{0,12}", "[a-zA-Z-]{1,12}", Just("content-type".to_owned()),
+                Just("CE-SPECVERSION".to_owned())],
+            prop_oneof![any::<String>(), "[%0-9A-Fa-f\r\n]{0,12}", Just("1.0".to_owned()),
+                Just("%FF%FE".to_owned()), Just("application/cloudevents+json".to_owned())],
+        ), 0..10),
+        payload in prop::collection::vec(any::<u8>(), 0..64),
+        subject in prop_oneof![Just("atl.in.acme.tool.declared".to_owned()), "[a-z._>*-]{0,24}"],
+    ) {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            // Only what a HeaderMap can hold: the fallible constructors refuse CR/LF and bad names.
+            if let (Ok(name), Ok(value)) = (name.parse::<HeaderName>(), value.parse::<HeaderValue>()) {
+                headers.append(name, value);
+            }
+        }
+        let _ = decode(&subject, Some(&headers), &payload);
+    }
+
+    #[test]
+    fn canonicalization_is_idempotent(value in json_value()) {
+        let text = serde_json::to_vec(&value).expect("serializes");
+        let once = jcs::canonicalize(&text).expect("canonicalizes");
+        let twice = jcs::canonicalize(&once).expect("canonicalizes again");
+        prop_assert_eq!(&once, &twice);
+        // Canonical bytes read back to the same numbers and strings.
+        let back = toolledger_wire::ijson::parse_canonical(&once).expect("canonical bytes are JSON");
+        prop_assert!(same_meaning(&back, &value), "{back} vs {value}");
+    }
+
+    #[test]
+    fn canonicalization_ignores_key_order_and_whitespace(value in json_value(), rotate in 0usize..7, ws in 0usize..4) {
+        let compact = serde_json::to_vec(&value).expect("serializes");
+        let mut shuffled = String::new();
+        write_shuffled(&value, rotate, [" ", "\n", "\t", "\r\n "][ws], &mut shuffled);
+        prop_assert_eq!(
+            jcs::canonicalize(&compact).expect("compact"),
+            jcs::canonicalize(shuffled.as_bytes()).expect("shuffled")
+        );
+    }
+}
+
+/// Equal, comparing numbers as doubles (canonical form writes `1.0` as `1`).
+fn same_meaning(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_meaning(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_meaning(v, w)))
+        }
+        (x, y) => x == y,
+    }
+}
+
+/// Writes `value` as JSON with each object's keys rotated by `rotate` and `ws` around every token.
+fn write_shuffled(value: &Value, rotate: usize, ws: &str, out: &mut String) {
+    match value {
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(ws);
+                write_shuffled(item, rotate, ws, out);
+            }
+            out.push_str(ws);
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.reverse();
+            if !entries.is_empty() {
+                let by = rotate % entries.len();
+                entries.rotate_left(by);
+            }
+            out.push('{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(ws);
+                out.push_str(&serde_json::to_string(key).expect("key"));
+                out.push_str(ws);
+                out.push(':');
+                out.push_str(ws);
+                write_shuffled(item, rotate, ws, out);
+            }
+            out.push_str(ws);
+            out.push('}');
+        }
+        leaf => out.push_str(&serde_json::to_string(leaf).expect("leaf")),
+    }
+}
+
+#[test]
+fn header_map_refuses_cr_lf_through_the_fallible_constructor() {
+    assert!("a\r\nb".parse::<HeaderValue>().is_err());
+    // Percent-encoding keeps such values off the header line entirely.
+    let event = EventBuilderV10::new()
+        .id("a\r\nb")
+        .source("s")
+        .ty("tool.declared")
+        .extension("tenant", TENANT)
+        .build()
+        .expect("event");
+    let (headers, _) = binding::encode(&event, Mode::Binary).expect("encodes");
+    assert_eq!(binding::header(&headers, "CE-ID"), Some("a%0D%0Ab"));
+}
