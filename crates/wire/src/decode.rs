@@ -40,15 +40,18 @@ pub enum Origin {
     Structured,
     /// The spec's own envelope as a plain JSON body.
     AgenttoolEvent,
+    /// Written by the ledger itself (quarantine receipts, access and erasure records).
+    Ledger,
 }
 
 impl Origin {
-    /// The name recorded in ledger entries: `binary`, `structured`, `agenttool-event`.
+    /// The name recorded in ledger entries: `binary`, `structured`, `agenttool-event`, `ledger`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Binary => "binary",
             Self::Structured => "structured",
             Self::AgenttoolEvent => "agenttool-event",
+            Self::Ledger => "ledger",
         }
     }
 }

@@ -2,9 +2,9 @@
 //!
 //! ```json
 //! { "event":  { "specversion": "1.0", "id": …, "type": …, "source": …, <extensions>, "data": {…} },
-//!   "ledger": { "ingested_at": "…Z", "origin": "binary" | "structured" | "agenttool-event",
-//!               "payload_refs": [ … ], "scrubbed_paths": [ … ], "trace_refs"?: [ … ],
-//!               "envelope_fields"?: { … } } }
+//!   "ledger": { "ingested_at": "…Z", "origin": "binary" | "structured" | "agenttool-event" | "ledger",
+//!               "content_digest"?: "sha256:…", "payload_refs": [ … ], "scrubbed_paths": [ … ],
+//!               "trace_refs"?: [ … ], "envelope_fields"?: { … } } }
 //! ```
 //!
 //! serialized with RFC 8785 ([`crate::jcs`]). The message payload is exactly those bytes and the
@@ -46,6 +46,11 @@ pub struct LedgerMetadata {
     pub ingested_at: DateTime<Utc>,
     /// How it arrived.
     pub origin: Origin,
+    /// `sha256:<hex>` of the scrubbed event before payloads were offloaded (see
+    /// [`LedgerEntry::content_digest`]): what duplicate detection compares, recorded so ingest can
+    /// rebuild its identity index from the ledger after offloading changed the stored event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_digest: Option<String>,
     /// Payloads moved to the object store.
     #[serde(default)]
     pub payload_refs: Vec<PayloadRef>,
@@ -87,6 +92,7 @@ impl LedgerEntry {
             ledger: LedgerMetadata {
                 ingested_at,
                 origin: decoded.origin,
+                content_digest: None,
                 payload_refs: Vec::new(),
                 scrubbed_paths: Vec::new(),
                 trace_refs: decoded.trace_refs,

@@ -30,6 +30,9 @@ pub enum QuarantineReason {
     DuplicateConflict,
     /// The message could not be processed after the bounded number of deliveries.
     PoisonMessage,
+    /// A payload the event references (a producer upload) is missing, of another tenant, or does not
+    /// match its stated size or digest.
+    BadPayload,
 }
 
 impl QuarantineReason {
@@ -43,6 +46,7 @@ impl QuarantineReason {
         Self::SchemaViolation,
         Self::DuplicateConflict,
         Self::PoisonMessage,
+        Self::BadPayload,
     ];
 
     /// The stable snake_case name, also a NATS subject token.
@@ -56,6 +60,7 @@ impl QuarantineReason {
             Self::SchemaViolation => "schema_violation",
             Self::DuplicateConflict => "duplicate_conflict",
             Self::PoisonMessage => "poison_message",
+            Self::BadPayload => "bad_payload",
         }
     }
 }
@@ -229,7 +234,8 @@ mod tests {
                 "not_ijson",
                 "schema_violation",
                 "duplicate_conflict",
-                "poison_message"
+                "poison_message",
+                "bad_payload"
             ]
         );
         for reason in QuarantineReason::ALL {

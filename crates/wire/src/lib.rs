@@ -16,7 +16,8 @@
 //! - [`jcs`]: RFC 8785 canonical bytes.
 //! - [`entry`]: [`LedgerEntry`], its canonical bytes, leaf hash and content digest.
 //! - [`subject`]: [`Tenant`] and the subjects of DESIGN §2.
-//! - [`streams`]: stream names, the ATL_INBOUND configuration, [`streams::ensure_inbound`].
+//! - [`streams`]: the NATS contract: every stream's and bucket's configuration and its check,
+//!   [`streams::ensure_contract`] (create or check) and [`streams::check_contract`] (check only).
 //! - [`produce`]: the producer side used by `toolledger emit`.
 //!
 //! Data enters as NATS messages (`decode`), files (`produce::read_events`) or stored entries

@@ -8,6 +8,7 @@
 //!   ─▶ subject atl.in.<tenant>.<class>, Nats-Msg-Id = digest(tenant, source, id) ─▶ publish_all ─▶ acks
 //! ```
 
+use std::future::IntoFuture;
 use std::str::FromStr;
 
 use async_nats::HeaderMap;
@@ -30,6 +31,9 @@ use crate::{Error, Result, ijson};
 /// Publishes awaiting their acks at once: enough to keep a link busy, bounded so a large file does not
 /// hold every message in memory.
 const MAX_IN_FLIGHT: usize = 256;
+/// How long one publish or its ack may take. The client's own timeouts do not cover every path: an
+/// ack caught by a server crash was seen never to resolve, which would hang a producer for good.
+const ACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `Nats-Msg-Id` for an event: hex SHA-256 over the length-prefixed tenant, source and id, so the same
 /// event published twice is deduplicated by the stream whatever its encoding.
@@ -98,6 +102,23 @@ pub struct Outgoing {
     pub payload: Bytes,
     /// The `Nats-Msg-Id`.
     pub msg_id: String,
+}
+
+impl Outgoing {
+    /// The same message without its `Nats-Msg-Id`, so JetStream's duplicate window does not catch
+    /// it: how a producer that lost its ids, or a test of ingest's own duplicate detection, sends.
+    pub fn without_msg_id(mut self) -> Self {
+        let mut headers = HeaderMap::new();
+        for (name, values) in self.headers.iter() {
+            if *name != NATS_MESSAGE_ID {
+                for value in values {
+                    headers.append(name.clone(), value.clone());
+                }
+            }
+        }
+        self.headers = headers;
+        self
+    }
 }
 
 /// Prepares one event. `tenant` is required for agenttool-event envelopes (they name none) and, for a
@@ -192,12 +213,11 @@ pub async fn publish_all(js: &jetstream::Context, messages: Vec<(String, Outgoin
     let mut report = PublishReport::default();
     let mut in_flight = Vec::with_capacity(MAX_IN_FLIGHT);
     for (location, message) in messages {
-        match js
-            .publish_with_headers(message.subject, message.headers, message.payload)
-            .await
-        {
-            Ok(ack) => in_flight.push((location, ack)),
-            Err(error) => report.failed.push((location, error.to_string())),
+        let publish = js.publish_with_headers(message.subject, message.headers, message.payload);
+        match tokio::time::timeout(ACK_TIMEOUT, publish).await {
+            Ok(Ok(ack)) => in_flight.push((location, ack)),
+            Ok(Err(error)) => report.failed.push((location, error.to_string())),
+            Err(_) => report.failed.push((location, "publish timed out".to_owned())),
         }
         if in_flight.len() >= MAX_IN_FLIGHT {
             drain(&mut in_flight, &mut report).await;
@@ -212,10 +232,11 @@ async fn drain(
     report: &mut PublishReport,
 ) {
     for (location, ack) in in_flight.drain(..) {
-        match ack.await {
-            Ok(ack) if ack.duplicate => report.duplicates += 1,
-            Ok(_) => report.published += 1,
-            Err(error) => report.failed.push((location, error.to_string())),
+        match tokio::time::timeout(ACK_TIMEOUT, ack.into_future()).await {
+            Ok(Ok(ack)) if ack.duplicate => report.duplicates += 1,
+            Ok(Ok(_)) => report.published += 1,
+            Ok(Err(error)) => report.failed.push((location, error.to_string())),
+            Err(_) => report.failed.push((location, "no publish ack".to_owned())),
         }
     }
 }

@@ -1,14 +1,33 @@
-//! The NATS contract (DESIGN §2): stream names, subjects, and the ATL_INBOUND configuration.
+//! The NATS contract (DESIGN §2): stream names, subjects, the configuration of every stream and bucket,
+//! and the checks that a live one is no weaker.
 //!
-//! [`ensure_inbound`] creates ATL_INBOUND or checks a live one. A live stream is never changed: when
-//! its configuration is weaker than the contract (it could drop or lose a producer's message, or stop
-//! deduplicating), the check fails naming the field, and an operator decides.
+//! ```text
+//! ensure_contract ─┬─ ATL_INBOUND      inbound_config     ─┐
+//!                  ├─ ATL_LEDGER       ledger_config       │ missing ─▶ create
+//!                  ├─ ATL_CHECKPOINTS  checkpoints_config  ├─ present ─▶ check_* ─▶ weaker? ─▶ Error::StreamConfigWeaker
+//!                  ├─ ATL_QUARANTINE   quarantine_config  ─┘            (never changed)
+//!                  ├─ KV ATL_LEASES            leases_config   ─┐ missing ─▶ create
+//!                  └─ OBJ ATL_PAYLOADS_<tenant> payloads_config ─┘ present ─▶ check_bucket
+//! check_contract ── the same checks, read-only, every finding instead of the first
+//! ```
+//!
+//! A live stream is never changed: when its configuration is weaker than the contract (it could drop,
+//! truncate or lose a message, stop deduplicating, or let someone purge the ledger), the check names the
+//! stream and the field, and an operator decides. One comparison, [`weaknesses`], serves every stream:
+//! what it demands is read off the wanted configuration (a stream wanted with `deny_purge` is held to
+//! no limits at all; one wanted unbounded may not grow a limit that drops messages).
+//!
+//! Immutability does not rest on these flags alone: a stream update can add limits. The shipped server
+//! configurations (`deploy/nats/`) let only the offline admin update, purge or delete the ledger and
+//! checkpoint streams; these checks catch what got through anyway.
 
+use std::collections::HashMap;
+use std::fmt;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream::{self, kv, object_store, stream};
 
-use crate::{Error, Result};
+use crate::{Error, Result, Tenant};
 
 /// Producers' inbox: work-queue, gone once ingested.
 pub const INBOUND: &str = "ATL_INBOUND";
@@ -28,10 +47,26 @@ pub const QUARANTINE: &str = "ATL_QUARANTINE";
 pub const QUARANTINE_SUBJECTS: &str = "atl.quarantine.>";
 /// KV bucket of single-writer leases.
 pub const LEASES_BUCKET: &str = "ATL_LEASES";
+/// The stream behind the [`LEASES_BUCKET`] KV bucket.
+pub const LEASES_STREAM: &str = "KV_ATL_LEASES";
+/// Stream metadata key where `init` records the replica count the contract was created with, so a
+/// later change of the replica set is caught without knowing the deployment's settings.
+pub const REPLICAS_METADATA: &str = "toolledger.replicas";
+/// How long quarantined messages are kept unless configured otherwise.
+pub const DEFAULT_QUARANTINE_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// Duplicate window of the ledger, checkpoint and quarantine streams. Ingest sets `Nats-Msg-Id` (the
+/// leaf hash) on every ledger message and chains appends with `Nats-Expected-Last-Msg-Id`, which
+/// needs the previous id inside the window; its retries happen within seconds.
+pub const WRITER_DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
 
 /// Object store bucket where a tenant's producers upload payloads larger than a NATS message.
-pub fn payloads_bucket(tenant: &crate::Tenant) -> String {
+pub fn payloads_bucket(tenant: &Tenant) -> String {
     format!("ATL_PAYLOADS_{tenant}")
+}
+
+/// The stream behind a tenant's [`payloads_bucket`].
+pub fn payloads_stream(tenant: &Tenant) -> String {
+    format!("OBJ_ATL_PAYLOADS_{tenant}")
 }
 
 /// The tunable parts of ATL_INBOUND.
@@ -57,6 +92,34 @@ impl Default for InboundSettings {
     }
 }
 
+/// The tunable parts of the whole contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContractSettings {
+    /// ATL_INBOUND's settings.
+    pub inbound: InboundSettings,
+    /// Replicas of the ledger, checkpoint and quarantine streams and the buckets (3 in a cluster).
+    pub replicas: usize,
+    /// How long ATL_QUARANTINE keeps a rejected message.
+    pub quarantine_max_age: Duration,
+    /// Tenants whose `ATL_PAYLOADS_<tenant>` upload bucket the contract includes.
+    pub tenants: Vec<Tenant>,
+}
+
+impl Default for ContractSettings {
+    fn default() -> Self {
+        Self {
+            inbound: InboundSettings::default(),
+            replicas: 1,
+            quarantine_max_age: DEFAULT_QUARANTINE_MAX_AGE,
+            tenants: Vec::new(),
+        }
+    }
+}
+
+fn replicas_metadata(replicas: usize) -> HashMap<String, String> {
+    HashMap::from([(REPLICAS_METADATA.to_owned(), replicas.to_string())])
+}
+
 /// The ATL_INBOUND stream configuration.
 pub fn inbound_config(settings: &InboundSettings) -> stream::Config {
     stream::Config {
@@ -69,17 +132,409 @@ pub fn inbound_config(settings: &InboundSettings) -> stream::Config {
         max_bytes: settings.max_bytes,
         duplicate_window: settings.duplicate_window,
         num_replicas: settings.replicas,
+        metadata: replicas_metadata(settings.replicas),
         ..Default::default()
     }
 }
 
-/// What [`ensure_inbound`] did.
+/// The shape shared by the streams only ingest writes and nobody may shrink: file storage, limits
+/// retention, no limit of any kind, messages neither deleted nor purged.
+fn immutable_config(name: &str, description: &str, subject: &str, replicas: usize) -> stream::Config {
+    stream::Config {
+        name: name.to_owned(),
+        description: Some(description.to_owned()),
+        subjects: vec![subject.to_owned()],
+        storage: stream::StorageType::File,
+        retention: stream::RetentionPolicy::Limits,
+        max_age: Duration::ZERO,
+        max_messages: -1,
+        max_bytes: -1,
+        max_messages_per_subject: -1,
+        deny_delete: true,
+        deny_purge: true,
+        allow_rollup: false,
+        duplicate_window: WRITER_DUPLICATE_WINDOW,
+        num_replicas: replicas,
+        metadata: replicas_metadata(replicas),
+        ..Default::default()
+    }
+}
+
+/// The ATL_LEDGER stream configuration: immutable, unlimited, deduplicating on the leaf hash.
+pub fn ledger_config(settings: &ContractSettings) -> stream::Config {
+    immutable_config(
+        LEDGER,
+        "toolledger ledger, the source of truth: atl.ledger.<tenant>.<event class>",
+        LEDGER_SUBJECTS,
+        settings.replicas,
+    )
+}
+
+/// The ATL_CHECKPOINTS stream configuration: immutable, unlimited.
+pub fn checkpoints_config(settings: &ContractSettings) -> stream::Config {
+    immutable_config(
+        CHECKPOINTS,
+        "toolledger signed checkpoints (C2SP signed notes)",
+        CHECKPOINTS_SUBJECT,
+        settings.replicas,
+    )
+}
+
+/// The ATL_QUARANTINE stream configuration: rejected messages kept for `quarantine_max_age`.
+pub fn quarantine_config(settings: &ContractSettings) -> stream::Config {
+    stream::Config {
+        name: QUARANTINE.to_owned(),
+        description: Some("toolledger rejected messages: atl.quarantine.<tenant>.<reason>".to_owned()),
+        subjects: vec![QUARANTINE_SUBJECTS.to_owned()],
+        storage: stream::StorageType::File,
+        retention: stream::RetentionPolicy::Limits,
+        max_age: settings.quarantine_max_age,
+        max_messages: -1,
+        max_bytes: -1,
+        max_messages_per_subject: -1,
+        duplicate_window: WRITER_DUPLICATE_WINDOW.min(settings.quarantine_max_age),
+        num_replicas: settings.replicas,
+        metadata: replicas_metadata(settings.replicas),
+        ..Default::default()
+    }
+}
+
+/// The `ATL_LEASES` KV bucket: one value per key (a lease is only ever compared-and-set).
+pub fn leases_config(settings: &ContractSettings) -> kv::Config {
+    kv::Config {
+        bucket: LEASES_BUCKET.to_owned(),
+        description: "toolledger single-writer leases".to_owned(),
+        history: 1,
+        storage: stream::StorageType::File,
+        num_replicas: settings.replicas,
+        ..Default::default()
+    }
+}
+
+/// A tenant's `ATL_PAYLOADS_<tenant>` object store bucket.
+pub fn payloads_config(tenant: &Tenant, settings: &ContractSettings) -> object_store::Config {
+    object_store::Config {
+        bucket: payloads_bucket(tenant),
+        description: Some(format!(
+            "toolledger uploads of tenant {tenant}, deleted by ingest once copied"
+        )),
+        storage: stream::StorageType::File,
+        num_replicas: settings.replicas,
+        ..Default::default()
+    }
+}
+
+/// One way a live configuration is weaker than the contract, or a part of the contract that is missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The stream (`KV_…` and `OBJ_…` for buckets).
+    pub stream: String,
+    /// The configuration field (`max_age`, `deny_purge`, …), or `stream` when it is missing.
+    pub field: String,
+    /// What the live stream has.
+    pub actual: String,
+    /// What the contract needs.
+    pub required: String,
+}
+
+impl Finding {
+    fn new(stream: &str, field: &str, actual: impl Into<String>, required: impl Into<String>) -> Self {
+        Self {
+            stream: stream.to_owned(),
+            field: field.to_owned(),
+            actual: actual.into(),
+            required: required.into(),
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stream {}: {} is {}, needs {}",
+            self.stream, self.field, self.actual, self.required
+        )
+    }
+}
+
+impl From<Finding> for Error {
+    fn from(finding: Finding) -> Self {
+        Error::StreamConfigWeaker {
+            stream: finding.stream,
+            field: finding.field,
+            actual: finding.actual,
+            required: finding.required,
+        }
+    }
+}
+
+/// Every way `live` is weaker than `wanted`, in a fixed order. The shared comparison behind every
+/// `check_*`: what it demands is read off `wanted`.
+///
+/// - `storage`, `retention`, a `discard` of new, and the subjects must match.
+/// - `max_age`: none when none is wanted, else at least the wanted age.
+/// - `max_msgs`, `max_bytes`, `max_msgs_per_subject`: a limit where none is wanted is weaker when the
+///   stream is wanted immutable (`deny_purge`), or when reaching it would drop instead of refusing.
+/// - `duplicate_window` and `num_replicas` at least the wanted ones; `num_replicas` equal to the count
+///   recorded in the stream's metadata at creation ([`REPLICAS_METADATA`]).
+/// - `deny_delete` and `deny_purge` set when wanted; `allow_rollup_hdrs` (a rollup purges),
+///   `allow_msg_ttl`, `no_ack` and `sealed` unset unless wanted; no async persistence, no subject
+///   transform, mirror or sources (they would let another stream write into this one).
+pub fn weaknesses(live: &stream::Config, wanted: &stream::Config) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let mut weaker = |field: &str, actual: String, required: String| {
+        found.push(Finding::new(&live.name, field, actual, required));
+    };
+    let immutable = wanted.deny_purge;
+
+    if live.storage != wanted.storage {
+        weaker(
+            "storage",
+            format!("{:?}", live.storage),
+            format!("{:?}", wanted.storage),
+        );
+    }
+    if live.retention != wanted.retention {
+        weaker(
+            "retention",
+            format!("{:?}", live.retention),
+            format!("{:?}", wanted.retention),
+        );
+    }
+    if wanted.discard == stream::DiscardPolicy::New && live.discard != stream::DiscardPolicy::New {
+        weaker(
+            "discard",
+            format!("{:?}", live.discard),
+            "new (a full stream refuses, never drops)".to_owned(),
+        );
+    }
+    if wanted.max_age.is_zero() && !live.max_age.is_zero() {
+        weaker(
+            "max_age",
+            format!("{:?}", live.max_age),
+            "none (an age limit drops messages)".to_owned(),
+        );
+    } else if !live.max_age.is_zero() && live.max_age < wanted.max_age {
+        weaker(
+            "max_age",
+            format!("{:?}", live.max_age),
+            format!("none or at least {:?}", wanted.max_age),
+        );
+    }
+    let drops = immutable || live.discard != stream::DiscardPolicy::New;
+    for (field, live_limit, wanted_limit) in [
+        ("max_msgs", live.max_messages, wanted.max_messages),
+        ("max_bytes", live.max_bytes, wanted.max_bytes),
+    ] {
+        if wanted_limit <= 0 && live_limit > 0 && drops {
+            weaker(
+                field,
+                live_limit.to_string(),
+                "none (a limit truncates the stream)".to_owned(),
+            );
+        }
+    }
+    if live.max_messages_per_subject > 0 && (immutable || !live.discard_new_per_subject) {
+        weaker(
+            "max_msgs_per_subject",
+            live.max_messages_per_subject.to_string(),
+            if immutable {
+                "none".to_owned()
+            } else {
+                "none, or discard_new_per_subject".to_owned()
+            },
+        );
+    }
+    if live.duplicate_window < wanted.duplicate_window {
+        weaker(
+            "duplicate_window",
+            format!("{:?}", live.duplicate_window),
+            format!("at least {:?}", wanted.duplicate_window),
+        );
+    }
+    if live.num_replicas < wanted.num_replicas {
+        weaker(
+            "num_replicas",
+            live.num_replicas.to_string(),
+            format!("at least {}", wanted.num_replicas),
+        );
+    } else if let Some(recorded) = live
+        .metadata
+        .get(REPLICAS_METADATA)
+        .and_then(|r| r.parse::<usize>().ok())
+        .filter(|r| *r != live.num_replicas)
+    {
+        weaker(
+            "num_replicas",
+            live.num_replicas.to_string(),
+            format!("{recorded} (the replica set it was created with)"),
+        );
+    }
+    let missing: Vec<_> = wanted
+        .subjects
+        .iter()
+        .filter(|s| !live.subjects.contains(s))
+        .collect();
+    if !missing.is_empty() {
+        weaker(
+            "subjects",
+            format!("{:?}", live.subjects),
+            format!("{:?}", wanted.subjects),
+        );
+    }
+    for (field, live_flag, wanted_flag) in [
+        ("deny_delete", live.deny_delete, wanted.deny_delete),
+        ("deny_purge", live.deny_purge, wanted.deny_purge),
+    ] {
+        if wanted_flag && !live_flag {
+            weaker(field, "false".to_owned(), "true".to_owned());
+        }
+    }
+    for (field, live_flag, wanted_flag, why) in [
+        (
+            "allow_rollup_hdrs",
+            live.allow_rollup,
+            wanted.allow_rollup,
+            "a rollup purges",
+        ),
+        (
+            "allow_msg_ttl",
+            live.allow_message_ttl,
+            wanted.allow_message_ttl,
+            "per-message TTLs delete",
+        ),
+        ("no_ack", live.no_ack, wanted.no_ack, "writers need publish acks"),
+        (
+            "sealed",
+            live.sealed,
+            wanted.sealed,
+            "a sealed stream takes no writes",
+        ),
+    ] {
+        if live_flag && !wanted_flag {
+            weaker(field, "true".to_owned(), format!("false ({why})"));
+        }
+    }
+    if live.persist_mode == Some(stream::PersistenceMode::Async)
+        && wanted.persist_mode != Some(stream::PersistenceMode::Async)
+    {
+        weaker(
+            "persist_mode",
+            "async".to_owned(),
+            "default (ack after the message is stored)".to_owned(),
+        );
+    }
+    for (field, set) in [
+        ("subject_transform", live.subject_transform.is_some()),
+        ("mirror", live.mirror.is_some()),
+        ("sources", live.sources.as_ref().is_some_and(|s| !s.is_empty())),
+    ] {
+        if set {
+            weaker(field, "set".to_owned(), "none".to_owned());
+        }
+    }
+    found
+}
+
+fn first_weakness(live: &stream::Config, wanted: &stream::Config) -> Result<()> {
+    match weaknesses(live, wanted).into_iter().next() {
+        Some(finding) => Err(finding.into()),
+        None => Ok(()),
+    }
+}
+
+/// Checks a live ATL_INBOUND configuration against the wanted one; the first weaker field is the error.
+/// Work-queue retention, discard new, no age limit, the dedupe window.
+pub fn check_inbound(live: &stream::Config, wanted: &stream::Config) -> Result<()> {
+    first_weakness(live, wanted)
+}
+
+/// Checks a live ATL_LEDGER configuration: no limits, deny_delete, deny_purge, no rollups, the
+/// duplicate window ingest's `Nats-Expected-Last-Msg-Id` chain needs, the replica set it was created with.
+pub fn check_ledger(live: &stream::Config, wanted: &stream::Config) -> Result<()> {
+    first_weakness(live, wanted)
+}
+
+/// Checks a live ATL_CHECKPOINTS configuration: as for the ledger.
+pub fn check_checkpoints(live: &stream::Config, wanted: &stream::Config) -> Result<()> {
+    first_weakness(live, wanted)
+}
+
+/// Checks a live ATL_QUARANTINE configuration: file storage, an age limit no shorter than wanted, no
+/// size limit that drops.
+pub fn check_quarantine(live: &stream::Config, wanted: &stream::Config) -> Result<()> {
+    first_weakness(live, wanted)
+}
+
+/// Checks the stream behind a KV or object store bucket: file storage and enough replicas.
+pub fn check_bucket(live: &stream::Config, replicas: usize) -> Result<()> {
+    match bucket_weaknesses(live, replicas).into_iter().next() {
+        Some(finding) => Err(finding.into()),
+        None => Ok(()),
+    }
+}
+
+fn bucket_weaknesses(live: &stream::Config, replicas: usize) -> Vec<Finding> {
+    let mut found = Vec::new();
+    if live.storage != stream::StorageType::File {
+        found.push(Finding::new(
+            &live.name,
+            "storage",
+            format!("{:?}", live.storage),
+            "File",
+        ));
+    }
+    if live.num_replicas < replicas {
+        found.push(Finding::new(
+            &live.name,
+            "num_replicas",
+            live.num_replicas.to_string(),
+            format!("at least {replicas}"),
+        ));
+    }
+    found
+}
+
+/// What [`ensure_inbound`] and [`ensure_contract`] did to one part of the contract.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ensured {
-    /// The stream did not exist and was created.
+    /// It did not exist and was created.
     Created,
-    /// The stream existed and its configuration meets the contract.
+    /// It existed and its configuration meets the contract.
     Verified,
+}
+
+/// What kind of JetStream object a part of the contract is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartKind {
+    /// A stream.
+    Stream,
+    /// A key-value bucket.
+    KeyValue,
+    /// An object store bucket.
+    ObjectStore,
+}
+
+impl fmt::Display for PartKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Stream => "stream",
+            Self::KeyValue => "key-value bucket",
+            Self::ObjectStore => "object store",
+        })
+    }
+}
+
+/// One part of the contract and what [`ensure_contract`] did to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnsuredPart {
+    /// What it is.
+    pub kind: PartKind,
+    /// Its name (`ATL_LEDGER`, `ATL_LEASES`, `ATL_PAYLOADS_acme`).
+    pub name: String,
+    /// Created or verified.
+    pub outcome: Ensured,
 }
 
 /// Creates ATL_INBOUND with the default settings, or checks the live one.
@@ -89,23 +544,161 @@ pub async fn ensure_inbound(js: &jetstream::Context) -> Result<Ensured> {
 
 /// Creates ATL_INBOUND with `settings`, or checks that the live one is no weaker.
 pub async fn ensure_inbound_with(js: &jetstream::Context, settings: &InboundSettings) -> Result<Ensured> {
-    let wanted = inbound_config(settings);
-    match js.get_stream(INBOUND).await {
-        Ok(mut live) => {
-            let info = live
-                .info()
+    ensure_stream(js, inbound_config(settings), check_inbound).await
+}
+
+/// Creates every stream and bucket of the contract that is missing and checks every one that exists,
+/// in the order of DESIGN §2; the first part weaker than the contract is the error (and the parts
+/// after it are left alone).
+pub async fn ensure_contract(
+    js: &jetstream::Context,
+    settings: &ContractSettings,
+) -> Result<Vec<EnsuredPart>> {
+    let stream_part = |name: &str, outcome| EnsuredPart {
+        kind: PartKind::Stream,
+        name: name.to_owned(),
+        outcome,
+    };
+    let mut parts = vec![stream_part(
+        INBOUND,
+        ensure_inbound_with(js, &settings.inbound).await?,
+    )];
+    for (wanted, check) in stream_configs(settings) {
+        let name = wanted.name.clone();
+        parts.push(stream_part(&name, ensure_stream(js, wanted, check).await?));
+    }
+
+    let leases = leases_config(settings);
+    let outcome = ensure_bucket(js, LEASES_STREAM, settings.replicas, || async {
+        js.create_key_value(leases)
+            .await
+            .map(drop)
+            .map_err(|e| Error::jetstream(format!("create key-value bucket {LEASES_BUCKET}"), e))
+    })
+    .await?;
+    parts.push(EnsuredPart {
+        kind: PartKind::KeyValue,
+        name: LEASES_BUCKET.to_owned(),
+        outcome,
+    });
+
+    for tenant in &settings.tenants {
+        let config = payloads_config(tenant, settings);
+        let bucket = config.bucket.clone();
+        let outcome = ensure_bucket(js, &payloads_stream(tenant), settings.replicas, || async {
+            js.create_object_store(config)
                 .await
-                .map_err(|e| Error::jetstream(format!("stream info {INBOUND}"), e))?;
-            check_inbound(&info.config, &wanted)?;
+                .map(drop)
+                .map_err(|e| Error::jetstream(format!("create object store {bucket}"), e))
+        })
+        .await?;
+        parts.push(EnsuredPart {
+            kind: PartKind::ObjectStore,
+            name: payloads_bucket(tenant),
+            outcome,
+        });
+    }
+    Ok(parts)
+}
+
+type StreamCheck = fn(&stream::Config, &stream::Config) -> Result<()>;
+
+/// The streams after ATL_INBOUND, each with its check.
+fn stream_configs(settings: &ContractSettings) -> [(stream::Config, StreamCheck); 3] {
+    [
+        (ledger_config(settings), check_ledger),
+        (checkpoints_config(settings), check_checkpoints),
+        (quarantine_config(settings), check_quarantine),
+    ]
+}
+
+/// Every way the live contract is weaker than the default settings, or missing; creates nothing.
+/// For `verify` and `doctor`. See [`check_contract_with`] for a deployment with other settings.
+pub async fn check_contract(js: &jetstream::Context) -> Vec<Finding> {
+    check_contract_with(js, &ContractSettings::default()).await
+}
+
+/// Every way the live contract is weaker than `settings` require, or missing; creates nothing.
+/// A stream that cannot be read is a finding on the field `stream`.
+pub async fn check_contract_with(js: &jetstream::Context, settings: &ContractSettings) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let wanted = std::iter::once(inbound_config(&settings.inbound))
+        .chain(stream_configs(settings).into_iter().map(|(config, _)| config));
+    for wanted in wanted {
+        match live_config(js, &wanted.name).await {
+            Ok(Some(live)) => found.extend(weaknesses(&live, &wanted)),
+            Ok(None) => found.push(missing(&wanted.name)),
+            Err(error) => found.push(unreadable(&wanted.name, &error)),
+        }
+    }
+    let buckets =
+        std::iter::once(LEASES_STREAM.to_owned()).chain(settings.tenants.iter().map(payloads_stream));
+    for name in buckets {
+        match live_config(js, &name).await {
+            Ok(Some(live)) => found.extend(bucket_weaknesses(&live, settings.replicas)),
+            Ok(None) => found.push(missing(&name)),
+            Err(error) => found.push(unreadable(&name, &error)),
+        }
+    }
+    found
+}
+
+fn missing(name: &str) -> Finding {
+    Finding::new(name, "stream", "missing", "present (run toolledger init)")
+}
+
+fn unreadable(name: &str, error: &Error) -> Finding {
+    Finding::new(name, "stream", format!("unreadable: {error}"), "readable")
+}
+
+/// The live configuration of a stream, `None` when it does not exist.
+async fn live_config(js: &jetstream::Context, name: &str) -> Result<Option<stream::Config>> {
+    match js.get_stream(name).await {
+        Ok(live) => Ok(Some(live.cached_info().config.clone())),
+        Err(error) if is_not_found(&error) => Ok(None),
+        Err(error) => Err(Error::jetstream(format!("stream info {name}"), error)),
+    }
+}
+
+async fn ensure_stream(
+    js: &jetstream::Context,
+    wanted: stream::Config,
+    check: StreamCheck,
+) -> Result<Ensured> {
+    let name = wanted.name.clone();
+    match live_config(js, &name).await? {
+        Some(live) => {
+            check(&live, &wanted)?;
             Ok(Ensured::Verified)
         }
-        Err(error) if is_not_found(&error) => {
+        None => {
             js.create_stream(wanted)
                 .await
-                .map_err(|e| Error::jetstream(format!("create stream {INBOUND}"), e))?;
+                .map_err(|e| Error::jetstream(format!("create stream {name}"), e))?;
             Ok(Ensured::Created)
         }
-        Err(error) => Err(Error::jetstream(format!("stream info {INBOUND}"), error)),
+    }
+}
+
+async fn ensure_bucket<F, Fut>(
+    js: &jetstream::Context,
+    stream: &str,
+    replicas: usize,
+    create: F,
+) -> Result<Ensured>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    match live_config(js, stream).await? {
+        Some(live) => {
+            check_bucket(&live, replicas)?;
+            Ok(Ensured::Verified)
+        }
+        None => {
+            create().await?;
+            Ok(Ensured::Created)
+        }
     }
 }
 
@@ -114,105 +707,57 @@ fn is_not_found(error: &jetstream::context::GetStreamError) -> bool {
         if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
 }
 
-/// Checks a live ATL_INBOUND configuration against the wanted one; the first weaker field is the error.
-pub fn check_inbound(live: &stream::Config, wanted: &stream::Config) -> Result<()> {
-    let weaker = |field: &str, actual: String, required: &str| Error::StreamConfigWeaker {
-        stream: live.name.clone(),
-        field: field.to_owned(),
-        actual,
-        required: required.to_owned(),
-    };
-    if live.storage != stream::StorageType::File {
-        return Err(weaker("storage", format!("{:?}", live.storage), "file"));
-    }
-    if live.retention != stream::RetentionPolicy::WorkQueue {
-        return Err(weaker("retention", format!("{:?}", live.retention), "work-queue"));
-    }
-    if live.discard != stream::DiscardPolicy::New {
-        return Err(weaker(
-            "discard",
-            format!("{:?}", live.discard),
-            "new (a full inbox refuses, never drops)",
-        ));
-    }
-    if live.max_age != Duration::ZERO {
-        return Err(weaker(
-            "max_age",
-            format!("{:?}", live.max_age),
-            "none (age limits drop messages)",
-        ));
-    }
-    if live.max_messages_per_subject > 0 && !live.discard_new_per_subject {
-        return Err(weaker(
-            "max_messages_per_subject",
-            live.max_messages_per_subject.to_string(),
-            "none, or discard_new_per_subject",
-        ));
-    }
-    if live.duplicate_window < wanted.duplicate_window {
-        return Err(weaker(
-            "duplicate_window",
-            format!("{:?}", live.duplicate_window),
-            &format!("at least {:?}", wanted.duplicate_window),
-        ));
-    }
-    if live.num_replicas < wanted.num_replicas {
-        return Err(weaker(
-            "num_replicas",
-            live.num_replicas.to_string(),
-            &format!("at least {}", wanted.num_replicas),
-        ));
-    }
-    if !live.subjects.iter().any(|s| s == INBOUND_SUBJECTS) {
-        return Err(weaker(
-            "subjects",
-            format!("{:?}", live.subjects),
-            INBOUND_SUBJECTS,
-        ));
-    }
-    if live.no_ack {
-        return Err(weaker(
-            "no_ack",
-            "true".to_owned(),
-            "false (producers need publish acks)",
-        ));
-    }
-    if live.sealed {
-        return Err(weaker("sealed", "true".to_owned(), "false"));
-    }
-    if live.persist_mode == Some(stream::PersistenceMode::Async) {
-        return Err(weaker(
-            "persist_mode",
-            "async".to_owned(),
-            "default (ack after the message is stored)",
-        ));
-    }
-    if live.subject_transform.is_some() {
-        return Err(weaker("subject_transform", "set".to_owned(), "none"));
-    }
-    if live.mirror.is_some() {
-        return Err(weaker("mirror", "set".to_owned(), "none"));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    type Weaken = Box<dyn Fn(&mut stream::Config)>;
+
+    /// Asserts that each weakening makes `check` fail naming exactly that field.
+    fn assert_each_named(wanted: &stream::Config, check: StreamCheck, cases: Vec<(&str, Weaken)>) {
+        for (field, weaken) in cases {
+            let mut live = wanted.clone();
+            weaken(&mut live);
+            match check(&live, wanted) {
+                Err(Error::StreamConfigWeaker {
+                    stream, field: named, ..
+                }) => {
+                    assert_eq!(named, field);
+                    assert_eq!(stream, wanted.name);
+                }
+                other => panic!("{} {field}: {other:?}", wanted.name),
+            }
+            let all = weaknesses(&live, wanted);
+            assert_eq!(all.len(), 1, "{field}: {all:?}");
+        }
+    }
+
     #[test]
-    fn contract_config_passes_its_own_check() {
+    fn contract_configs_pass_their_own_checks() {
+        let settings = ContractSettings::default();
         let wanted = inbound_config(&InboundSettings::default());
         check_inbound(&wanted, &wanted).unwrap();
         assert_eq!(wanted.subjects, ["atl.in.>"]);
         assert_eq!(wanted.discard, stream::DiscardPolicy::New);
         assert_eq!(wanted.retention, stream::RetentionPolicy::WorkQueue);
+        for (config, check) in stream_configs(&settings) {
+            check(&config, &config).unwrap();
+            assert!(weaknesses(&config, &config).is_empty());
+        }
+        let ledger = ledger_config(&settings);
+        assert_eq!(ledger.subjects, ["atl.ledger.>"]);
+        assert!(ledger.deny_delete && ledger.deny_purge && !ledger.allow_rollup);
+        assert_eq!(ledger.duplicate_window, Duration::from_secs(120));
+        assert_eq!(checkpoints_config(&settings).subjects, ["atl.checkpoints"]);
+        let quarantine = quarantine_config(&settings);
+        assert_eq!(quarantine.max_age, Duration::from_secs(30 * 86_400));
+        assert_eq!(quarantine.subjects, ["atl.quarantine.>"]);
+        assert_eq!(leases_config(&settings).history, 1);
     }
 
     #[test]
-    fn each_weaker_field_is_named() {
+    fn each_weaker_inbound_field_is_named() {
         let wanted = inbound_config(&InboundSettings::default());
-        type Weaken = Box<dyn Fn(&mut stream::Config)>;
         let cases: Vec<(&str, Weaken)> = vec![
             ("storage", Box::new(|c| c.storage = stream::StorageType::Memory)),
             (
@@ -222,7 +767,7 @@ mod tests {
             ("discard", Box::new(|c| c.discard = stream::DiscardPolicy::Old)),
             ("max_age", Box::new(|c| c.max_age = Duration::from_secs(60))),
             (
-                "max_messages_per_subject",
+                "max_msgs_per_subject",
                 Box::new(|c| c.max_messages_per_subject = 5),
             ),
             (
@@ -234,18 +779,134 @@ mod tests {
                 Box::new(|c| c.subjects = vec!["atl.in.acme.>".into()]),
             ),
             ("no_ack", Box::new(|c| c.no_ack = true)),
+            ("allow_rollup_hdrs", Box::new(|c| c.allow_rollup = true)),
             (
                 "persist_mode",
                 Box::new(|c| c.persist_mode = Some(stream::PersistenceMode::Async)),
             ),
         ];
-        for (field, weaken) in cases {
-            let mut live = wanted.clone();
-            weaken(&mut live);
-            match check_inbound(&live, &wanted) {
-                Err(Error::StreamConfigWeaker { field: named, .. }) => assert_eq!(named, field),
-                other => panic!("{field}: {other:?}"),
-            }
-        }
+        assert_each_named(&wanted, check_inbound, cases);
+        // Limits that refuse rather than drop are the operator's to choose.
+        let mut live = wanted.clone();
+        live.max_bytes = 1024;
+        live.max_messages = 10;
+        check_inbound(&live, &wanted).unwrap();
+    }
+
+    fn immutable_cases() -> Vec<(&'static str, Weaken)> {
+        vec![
+            ("max_age", Box::new(|c| c.max_age = Duration::from_secs(86_400))),
+            ("max_bytes", Box::new(|c| c.max_bytes = 1 << 30)),
+            ("max_msgs", Box::new(|c| c.max_messages = 1_000_000)),
+            (
+                // Even refusing new messages is no good here: the ledger would stop taking entries.
+                "max_bytes",
+                Box::new(|c| {
+                    c.max_bytes = 1 << 30;
+                    c.discard = stream::DiscardPolicy::New;
+                }),
+            ),
+            (
+                "max_msgs_per_subject",
+                Box::new(|c| {
+                    c.max_messages_per_subject = 1;
+                    c.discard_new_per_subject = true;
+                    c.discard = stream::DiscardPolicy::New;
+                }),
+            ),
+            ("deny_delete", Box::new(|c| c.deny_delete = false)),
+            ("deny_purge", Box::new(|c| c.deny_purge = false)),
+            ("allow_rollup_hdrs", Box::new(|c| c.allow_rollup = true)),
+            ("allow_msg_ttl", Box::new(|c| c.allow_message_ttl = true)),
+            ("num_replicas", Box::new(|c| c.num_replicas = 3)),
+            ("sealed", Box::new(|c| c.sealed = true)),
+            (
+                "mirror",
+                Box::new(|c| {
+                    c.mirror = Some(stream::Source {
+                        name: "OTHER".into(),
+                        ..Default::default()
+                    });
+                }),
+            ),
+            (
+                "sources",
+                Box::new(|c| {
+                    c.sources = Some(vec![stream::Source {
+                        name: "OTHER".into(),
+                        ..Default::default()
+                    }]);
+                }),
+            ),
+            (
+                "retention",
+                Box::new(|c| c.retention = stream::RetentionPolicy::Interest),
+            ),
+        ]
+    }
+
+    #[test]
+    fn each_weaker_ledger_and_checkpoints_field_is_named() {
+        let settings = ContractSettings::default();
+        assert_each_named(&ledger_config(&settings), check_ledger, immutable_cases());
+        assert_each_named(
+            &checkpoints_config(&settings),
+            check_checkpoints,
+            immutable_cases(),
+        );
+    }
+
+    #[test]
+    fn a_changed_replica_set_is_caught_both_ways() {
+        let settings = ContractSettings {
+            replicas: 3,
+            ..ContractSettings::default()
+        };
+        let wanted = ledger_config(&settings);
+        // Fewer replicas than the deployment asks for.
+        let mut live = wanted.clone();
+        live.num_replicas = 1;
+        let found = weaknesses(&live, &wanted);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].field, "num_replicas");
+        // More than it was created with (recorded in its metadata), against a default check.
+        let mut live = wanted.clone();
+        live.num_replicas = 5;
+        let found = weaknesses(&live, &ledger_config(&ContractSettings::default()));
+        assert_eq!(found[0].field, "num_replicas");
+        assert!(found[0].required.contains('3'), "{}", found[0]);
+        // As created: fine against the default settings too.
+        assert!(weaknesses(&wanted, &ledger_config(&ContractSettings::default())).is_empty());
+    }
+
+    #[test]
+    fn quarantine_keeps_messages_at_least_as_long_as_configured() {
+        let settings = ContractSettings::default();
+        let wanted = quarantine_config(&settings);
+        let mut live = wanted.clone();
+        live.max_age = Duration::ZERO;
+        check_quarantine(&live, &wanted).unwrap();
+        live.max_age = wanted.max_age * 2;
+        check_quarantine(&live, &wanted).unwrap();
+        let cases: Vec<(&str, Weaken)> = vec![
+            ("max_age", Box::new(|c| c.max_age = Duration::from_secs(3_600))),
+            ("max_bytes", Box::new(|c| c.max_bytes = 1 << 20)),
+            ("storage", Box::new(|c| c.storage = stream::StorageType::Memory)),
+        ];
+        assert_each_named(&wanted, check_quarantine, cases);
+    }
+
+    #[test]
+    fn findings_read_as_errors_naming_stream_and_field() {
+        let settings = ContractSettings::default();
+        let wanted = ledger_config(&settings);
+        let mut live = wanted.clone();
+        live.max_age = Duration::from_secs(60);
+        live.deny_purge = false;
+        let found = weaknesses(&live, &wanted);
+        let fields: Vec<_> = found.iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(fields, ["max_age", "deny_purge"]);
+        let text = Error::from(found[0].clone()).to_string();
+        assert!(text.contains("ATL_LEDGER") && text.contains("max_age"), "{text}");
     }
 }

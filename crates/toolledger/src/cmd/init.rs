@@ -1,57 +1,169 @@
-//! `toolledger init`: create the NATS contract's streams, or check live ones and refuse to go on when
-//! their configuration is weaker than DESIGN §2 requires. Live streams are never changed.
+//! `toolledger init`: create the NATS contract of DESIGN §2 and the checkpoint signing key, or check
+//! what exists and refuse to go on when it is weaker than required. Live streams are never changed and
+//! an existing key is never overwritten, so running it again is safe.
 //!
 //! ```text
-//! connect (--nats-url, else nats.url) ─▶ ATL_INBOUND: create, or check ─▶ say what was done
+//! connect (--nats-url, else nats.url)
+//!   ─▶ streams::ensure_contract: ATL_INBOUND, ATL_LEDGER, ATL_CHECKPOINTS, ATL_QUARANTINE,
+//!      KV ATL_LEASES, OBJ ATL_PAYLOADS_<tenant> for each --tenant: create, or check
+//!   ─▶ <data_dir>/keys/checkpoint.key: generate (0600), or load ─▶ print the verifier key
 //! ```
-//!
-//! ATL_INBOUND only for now; the ledger, checkpoint and quarantine streams join when ingest does.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use toolledger_core::config::Config;
-use toolledger_wire::streams::{self, Ensured, InboundSettings};
+use toolledger_merkle::NoteSigner;
+use toolledger_wire::Tenant;
+use toolledger_wire::streams::{self, ContractSettings, Ensured, InboundSettings};
+
+/// The checkpoint signing key's file under `<data_dir>/keys/` (the private key; owner-only).
+pub const SIGNING_KEY_FILE: &str = "checkpoint.key";
+/// The verifier key's file beside it (public; hand it to whoever verifies checkpoints and bundles).
+pub const VERIFIER_KEY_FILE: &str = "checkpoint.pub";
 
 /// Flags of `toolledger init`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// NATS server URL (`nats://host:4222`); overrides `nats.url` (`TOOLLEDGER_NATS__URL`). One of the
-    /// two is required: `init` does not start a server (`toolledger up` does, and prints its URL).
+    /// NATS server URL (`nats://host:4222`, with `user:password@` under the shipped server
+    /// configurations, where only `admin` may create streams); overrides `nats.url`
+    /// (`TOOLLEDGER_NATS__URL`). One of the two is required: `init` does not start a server
+    /// (`toolledger up` does, and prints its URL).
     #[arg(long, value_name = "URL")]
     pub nats_url: Option<String>,
     /// ATL_INBOUND's size limit in bytes; a full inbox refuses new messages (discard new), never drops.
     #[arg(long, value_name = "BYTES", default_value_t = InboundSettings::default().max_bytes)]
     pub inbound_max_bytes: i64,
-    /// Replicas of the streams (3 in a cluster).
+    /// Replicas of the streams and buckets (3 in a cluster).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub replicas: usize,
+    /// Days ATL_QUARANTINE keeps a rejected message.
+    #[arg(long, value_name = "DAYS", default_value_t = 30)]
+    pub quarantine_max_age_days: u64,
+    /// A tenant whose `ATL_PAYLOADS_<tenant>` upload bucket to create (repeat for several).
+    #[arg(long = "tenant", value_name = "TENANT", value_parser = parse_tenant)]
+    pub tenants: Vec<Tenant>,
+    /// Name of a new checkpoint signing key (the C2SP key name verifiers see); an existing key keeps its name.
+    #[arg(long, value_name = "NAME", default_value = "toolledger/ATL_LEDGER")]
+    pub key_name: String,
 }
 
-/// Creates or checks the streams.
+fn parse_tenant(name: &str) -> Result<Tenant, toolledger_wire::Error> {
+    Tenant::parse(name)
+}
+
+/// Creates or checks the contract and the signing key.
 pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
-    let url = nats_url(&config, args.nats_url.as_deref())?;
-    let js = async_nats::jetstream::new(connect(&url, "toolledger-init").await?);
-    let settings = InboundSettings {
-        max_bytes: args.inbound_max_bytes,
+    let given = nats_url(&config, args.nats_url.as_deref())?;
+    let js = async_nats::jetstream::new(connect(&given, "toolledger-init").await?);
+    let url = redacted(&given);
+    let settings = ContractSettings {
+        inbound: InboundSettings {
+            max_bytes: args.inbound_max_bytes,
+            replicas: args.replicas,
+            ..InboundSettings::default()
+        },
         replicas: args.replicas,
-        ..InboundSettings::default()
+        quarantine_max_age: Duration::from_secs(args.quarantine_max_age_days.saturating_mul(86_400)),
+        tenants: args.tenants,
     };
-    let config = streams::inbound_config(&settings);
-    match streams::ensure_inbound_with(&js, &settings).await? {
-        Ensured::Created => say(&format!(
-            "created stream {} at {url}: subjects {}, file storage, work-queue retention, discard new at {} bytes, \
-             duplicate window {}s on Nats-Msg-Id, {} replica(s)",
-            streams::INBOUND,
-            streams::INBOUND_SUBJECTS,
-            config.max_bytes,
-            config.duplicate_window.as_secs(),
-            config.num_replicas
-        )),
-        Ensured::Verified => say(&format!(
-            "stream {} at {url} exists and meets the contract; left unchanged",
-            streams::INBOUND
-        )),
+    for part in streams::ensure_contract(&js, &settings).await? {
+        match part.outcome {
+            Ensured::Created => say(&format!(
+                "created {} {} at {url}: {}",
+                part.kind,
+                part.name,
+                describe(&part.name, &settings)
+            )),
+            Ensured::Verified => say(&format!(
+                "{} {} at {url} exists and meets the contract; left unchanged",
+                part.kind, part.name
+            )),
+        }
     }
+
+    let keys = config.data_dir.join("keys");
+    let (signer, created) = ensure_signing_key(&keys, &args.key_name)?;
+    let key_file = keys.join(SIGNING_KEY_FILE);
+    if created {
+        say(&format!("created checkpoint signing key {}", key_file.display()));
+    } else {
+        say(&format!(
+            "kept existing checkpoint signing key {}",
+            key_file.display()
+        ));
+    }
+    let verifier = write_verifier_key(&keys, &signer)?;
+    say(&format!(
+        "checkpoint verifier key ({}): {}",
+        verifier.display(),
+        signer.verifier()
+    ));
     Ok(())
+}
+
+/// What a created part looks like, for the operator.
+fn describe(name: &str, settings: &ContractSettings) -> String {
+    let replicas = settings.replicas;
+    match name {
+        streams::INBOUND => {
+            let config = streams::inbound_config(&settings.inbound);
+            format!(
+                "subjects {}, file storage, work-queue retention, discard new at {} bytes, duplicate window {}s \
+                 on Nats-Msg-Id, {} replica(s)",
+                streams::INBOUND_SUBJECTS,
+                config.max_bytes,
+                config.duplicate_window.as_secs(),
+                config.num_replicas
+            )
+        }
+        streams::LEDGER | streams::CHECKPOINTS => format!(
+            "file storage, no limits, deny delete and purge, duplicate window {}s, {replicas} replica(s)",
+            streams::WRITER_DUPLICATE_WINDOW.as_secs()
+        ),
+        streams::QUARANTINE => format!(
+            "file storage, messages kept {} days, {replicas} replica(s)",
+            settings.quarantine_max_age.as_secs() / 86_400
+        ),
+        _ => format!("file storage, {replicas} replica(s)"),
+    }
+}
+
+/// Loads the signing key in `keys`, or generates and saves one (owner-only, never overwriting).
+/// Returns the key and whether it was created.
+pub fn ensure_signing_key(keys: &Path, name: &str) -> anyhow::Result<(NoteSigner, bool)> {
+    create_private_dir(keys)?;
+    let path = keys.join(SIGNING_KEY_FILE);
+    if path.exists() {
+        let signer =
+            NoteSigner::load(&path).with_context(|| format!("reading signing key {}", path.display()))?;
+        return Ok((signer, false));
+    }
+    let signer = NoteSigner::generate(name).context("generating the checkpoint signing key")?;
+    signer
+        .save(&path)
+        .with_context(|| format!("saving signing key {}", path.display()))?;
+    Ok((signer, true))
+}
+
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating key directory {}", dir.display()))
+}
+
+/// Writes the verifier key file beside the signing key when it is missing or stale.
+pub fn write_verifier_key(keys: &Path, signer: &NoteSigner) -> anyhow::Result<PathBuf> {
+    let path = keys.join(VERIFIER_KEY_FILE);
+    let text = format!("{}\n", signer.verifier());
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+        std::fs::write(&path, text).with_context(|| format!("writing verifier key {}", path.display()))?;
+    }
+    Ok(path)
 }
 
 /// The NATS URL from `--nats-url`, else from the configuration.
@@ -61,13 +173,42 @@ pub fn nats_url(config: &Config, flag: Option<&str>) -> anyhow::Result<String> {
     )
 }
 
-/// Connects to NATS and checks that JetStream answers.
+/// Connects to NATS. Credentials in the URL (`nats://user:password@host:port`) are used to log in, and
+/// the user's replies then come to `_INBOX.<user>.…`: the shipped server configurations
+/// (`deploy/nats/`) let each identity subscribe only under its own inbox prefix.
 pub async fn connect(url: &str, name: &str) -> anyhow::Result<async_nats::Client> {
-    async_nats::ConnectOptions::new()
-        .name(name)
-        .connect(url)
+    let addr: async_nats::ServerAddr = url
+        .parse()
+        .with_context(|| format!("bad NATS URL {}", redacted(url)))?;
+    let mut options = async_nats::ConnectOptions::new().name(name);
+    if let Some(user) = addr.username() {
+        let user = percent_decode(user);
+        let password = addr.password().map(percent_decode).unwrap_or_default();
+        options = options
+            .custom_inbox_prefix(format!("_INBOX.{user}"))
+            .user_and_password(user, password);
+    }
+    options
+        .connect(addr)
         .await
-        .with_context(|| format!("connecting to NATS at {url}"))
+        .with_context(|| format!("connecting to NATS at {}", redacted(url)))
+}
+
+/// The URL without its password, for messages.
+pub fn redacted(url: &str) -> String {
+    match url.parse::<async_nats::ServerAddr>() {
+        Ok(addr) if addr.password().is_some() => {
+            let user = addr.username().unwrap_or_default();
+            format!("{}://{user}:***@{}:{}", addr.scheme(), addr.host(), addr.port())
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 fn say(line: &str) {

@@ -9,10 +9,15 @@ use crate::toolledger;
 
 /// Runs `toolledger ARGS…` to completion; returns (success, stdout, stderr).
 fn run(args: &[&str]) -> (bool, String, String) {
+    // `init` writes the checkpoint signing key under the data directory: keep it out of the repo.
+    let data = tempfile::tempdir().unwrap();
     let mut child = ChildProcess::spawn(
         toolledger(),
         args,
-        &[("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn")],
+        &[
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
+            ("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap()),
+        ],
     );
     let status = child
         .wait_timeout(Duration::from_secs(60))

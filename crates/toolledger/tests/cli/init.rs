@@ -1,0 +1,484 @@
+//! `toolledger init` against a real nats-server: the whole NATS contract of DESIGN §2, the checkpoint
+//! signing key, weakened live streams, and the shipped server configuration `deploy/nats/single.conf`
+//! (permissions and encryption at rest).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+use toolledger_merkle::{NoteSigner, NoteVerifier};
+use toolledger_testkit::{ChildProcess, NatsFixture, workspace_root};
+use toolledger_wire::Tenant;
+use toolledger_wire::streams::{self, ContractSettings, Finding};
+
+use crate::toolledger;
+
+/// Runs `toolledger ARGS…` with `data_dir`; returns (success, stdout, stderr).
+fn run(data_dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let mut child = ChildProcess::spawn(
+        toolledger(),
+        args,
+        &[
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
+            ("TOOLLEDGER_DATA_DIR", data_dir.to_str().unwrap()),
+        ],
+    );
+    let status = child
+        .wait_timeout(Duration::from_secs(60))
+        .expect("toolledger finishes within a minute");
+    (status.success(), child.stdout(), child.stderr())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn settings_with(tenants: &[&str]) -> ContractSettings {
+    ContractSettings {
+        tenants: tenants.iter().map(|t| Tenant::parse(t).unwrap()).collect(),
+        ..ContractSettings::default()
+    }
+}
+
+/// The verifier key from init's `checkpoint verifier key (…): <key>` line.
+fn printed_verifier(out: &str) -> NoteVerifier {
+    let line = out
+        .lines()
+        .find(|l| l.contains("checkpoint verifier key"))
+        .unwrap_or_else(|| panic!("no verifier key printed\n{out}"));
+    NoteVerifier::parse(line.rsplit(' ').next().unwrap()).unwrap()
+}
+
+#[test]
+fn init_creates_the_whole_contract_then_verifies_it_and_keeps_the_key() {
+    let nats = NatsFixture::start();
+    let url = nats.url();
+    let data = tempfile::tempdir().unwrap();
+
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url, "--tenant", "acme"]);
+    assert!(ok, "init failed\n{out}\n{err}");
+    for part in [
+        "created stream ATL_INBOUND",
+        "created stream ATL_LEDGER",
+        "created stream ATL_CHECKPOINTS",
+        "created stream ATL_QUARANTINE",
+        "created key-value bucket ATL_LEASES",
+        "created object store ATL_PAYLOADS_acme",
+        "created checkpoint signing key",
+    ] {
+        assert!(out.contains(part), "{part}\n{out}");
+    }
+    let key_file = data.path().join("keys/checkpoint.key");
+    let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "signing key must be owner-only");
+    let key_text = std::fs::read_to_string(&key_file).unwrap();
+    let signer = NoteSigner::load(&key_file).unwrap();
+    assert_eq!(printed_verifier(&out), signer.verifier());
+    let public = std::fs::read_to_string(data.path().join("keys/checkpoint.pub")).unwrap();
+    assert_eq!(NoteVerifier::parse(&public).unwrap(), signer.verifier());
+
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url, "--tenant", "acme"]);
+    assert!(ok, "second init failed\n{out}\n{err}");
+    assert!(!out.contains("created"), "nothing is created twice\n{out}");
+    for name in [
+        "ATL_INBOUND",
+        "ATL_LEDGER",
+        "ATL_CHECKPOINTS",
+        "ATL_QUARANTINE",
+        "ATL_LEASES",
+        "ATL_PAYLOADS_acme",
+    ] {
+        assert!(
+            out.contains(&format!("{name} at {url} exists and meets the contract")),
+            "{name}\n{out}"
+        );
+    }
+    assert!(out.contains("kept existing checkpoint signing key"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(&key_file).unwrap(),
+        key_text,
+        "key overwritten"
+    );
+    assert_eq!(printed_verifier(&out), signer.verifier());
+
+    runtime().block_on(async {
+        let js = jetstream::new(nats.client().await);
+        assert_eq!(
+            streams::check_contract_with(&js, &settings_with(&["acme"])).await,
+            []
+        );
+        // A tenant init was not told about has no bucket: reported, not created.
+        let found = streams::check_contract_with(&js, &settings_with(&["acme", "globex"])).await;
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].stream.as_str(), found[0].field.as_str()),
+            ("OBJ_ATL_PAYLOADS_globex", "stream")
+        );
+        let ledger = js
+            .get_stream(streams::LEDGER)
+            .await
+            .unwrap()
+            .cached_info()
+            .config
+            .clone();
+        assert!(ledger.deny_delete && ledger.deny_purge);
+        assert!(ledger.max_age.is_zero() && ledger.max_bytes <= 0 && ledger.max_messages <= 0);
+        assert_eq!(ledger.duplicate_window, Duration::from_secs(120));
+        let leases = js.get_key_value(streams::LEASES_BUCKET).await.unwrap();
+        assert_eq!(leases.status().await.unwrap().history(), 1);
+        js.get_object_store("ATL_PAYLOADS_acme").await.unwrap();
+    });
+}
+
+/// Init on a fresh server, then `weaken` the stream `name`; init must refuse naming `name` and `field`,
+/// and `check_contract` must report each of `fields`.
+fn assert_weakened_stream_refused(name: &str, field: &str, fields: &[&str], weaken: fn(&mut stream::Config)) {
+    let nats = NatsFixture::start();
+    let url = nats.url();
+    let data = tempfile::tempdir().unwrap();
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url]);
+    assert!(ok, "init failed\n{out}\n{err}");
+
+    let rt = runtime();
+    rt.block_on(async {
+        let js = jetstream::new(nats.client().await);
+        let mut config = js.get_stream(name).await.unwrap().cached_info().config.clone();
+        weaken(&mut config);
+        if config.deny_purge {
+            // An update is how a limit gets added to a live stream.
+            js.update_stream(config).await.unwrap();
+        } else {
+            // A stream made without deny_purge (the server keeps the flag once set).
+            js.delete_stream(name).await.unwrap();
+            js.create_stream(config).await.unwrap();
+        }
+    });
+
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url]);
+    assert!(!ok, "init must refuse a weakened {name}\n{out}\n{err}");
+    assert!(
+        err.contains(&format!("stream {name} is weaker than required: {field} is")),
+        "{name} {field}\n{err}"
+    );
+
+    let found: Vec<Finding> = rt.block_on(async {
+        let js = jetstream::new(nats.client().await);
+        streams::check_contract(&js).await
+    });
+    let named: Vec<_> = found
+        .iter()
+        .map(|f| (f.stream.as_str(), f.field.as_str()))
+        .collect();
+    let expected: Vec<_> = fields.iter().map(|f| (name, *f)).collect();
+    assert_eq!(named, expected, "{found:?}");
+}
+
+#[test]
+fn init_and_check_contract_name_a_ledger_that_gained_limits() {
+    assert_weakened_stream_refused(
+        streams::LEDGER,
+        "max_age",
+        &["max_age", "max_msgs", "max_bytes"],
+        |c| {
+            c.max_age = Duration::from_secs(86_400);
+            c.max_messages = 1_000;
+            c.max_bytes = 1 << 30;
+        },
+    );
+}
+
+#[test]
+fn init_and_check_contract_name_checkpoints_that_gained_an_age_limit() {
+    assert_weakened_stream_refused(streams::CHECKPOINTS, "max_age", &["max_age"], |c| {
+        c.max_age = Duration::from_secs(3_600);
+    });
+}
+
+#[test]
+fn init_and_check_contract_name_a_ledger_without_deny_purge() {
+    assert_weakened_stream_refused(streams::LEDGER, "deny_purge", &["deny_purge"], |c| {
+        c.deny_purge = false
+    });
+}
+
+#[test]
+fn init_and_check_contract_name_checkpoints_without_deny_purge() {
+    assert_weakened_stream_refused(streams::CHECKPOINTS, "deny_purge", &["deny_purge"], |c| {
+        c.deny_purge = false;
+    });
+}
+
+/// Passwords and the encryption key the test defines for the shipped configuration's variables.
+const SECRETS: &[(&str, &str)] = &[
+    (
+        "TOOLLEDGER_JS_KEY",
+        "test-only-key-5b2f9c0e1d7a4e3b8c6d2f1a0e9b8c7d",
+    ),
+    ("TOOLLEDGER_NATS_ADMIN_PASSWORD", "admin-pw"),
+    ("TOOLLEDGER_NATS_INGEST_PASSWORD", "ingest-pw"),
+    ("TOOLLEDGER_NATS_READER_PASSWORD", "reader-pw"),
+    ("TOOLLEDGER_NATS_PRODUCER_ACME_PASSWORD", "acme-pw"),
+];
+
+/// `deploy/nats/single.conf` exactly as shipped, preceded by definitions of the variables it otherwise
+/// takes from the server's environment (nats-server resolves a variable from the file first).
+fn shipped_single_config(dir: &Path) -> PathBuf {
+    let shipped = std::fs::read_to_string(workspace_root().join("deploy/nats/single.conf")).unwrap();
+    let mut text: String = SECRETS.iter().map(|(k, v)| format!("{k}: \"{v}\"\n")).collect();
+    text.push_str(&shipped);
+    let path = dir.join("single.conf");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn secret(name: &str) -> &'static str {
+    SECRETS.iter().find(|(k, _)| *k == name).unwrap().1
+}
+
+/// A client logged in as `user`, with its inbox prefix and requests that give up quickly (a request the
+/// permissions drop is never answered).
+async fn login(nats: &NatsFixture, user: &str, password: &str) -> async_nats::Client {
+    async_nats::ConnectOptions::new()
+        .user_and_password(user.to_owned(), password.to_owned())
+        .custom_inbox_prefix(format!("_INBOX.{user}"))
+        .request_timeout(Some(Duration::from_millis(500)))
+        .connect(nats.url())
+        .await
+        .unwrap_or_else(|e| panic!("login as {user}: {e}"))
+}
+
+/// A JetStream context that gives up as quickly as [`login`]'s client.
+fn quick(client: async_nats::Client) -> jetstream::Context {
+    jetstream::ContextBuilder::new()
+        .timeout(Duration::from_millis(500))
+        .build(client)
+}
+
+/// Whether a JetStream publish is stored (acknowledged).
+async fn stored(js: &jetstream::Context, subject: &str, payload: &'static [u8]) -> bool {
+    match js.publish(subject.to_owned(), payload.into()).await {
+        Ok(ack) => ack.await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// Whether a JetStream API request gets any answer.
+async fn answered(client: &async_nats::Client, subject: &str, body: &'static [u8]) -> bool {
+    client.request(subject.to_owned(), body.into()).await.is_ok()
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut hits = Vec::new();
+    let mut files = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files += 1;
+                let bytes = std::fs::read(&path).unwrap();
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    hits.push(path);
+                }
+            }
+        }
+    }
+    assert!(files > 0, "no files under {}", dir.display());
+    hits
+}
+
+const CANARY: &[u8] = b"toolledger-canary-3f9a1c: sk_live_not_a_real_secret";
+
+#[test]
+fn shipped_single_node_config_enforces_permissions_and_encrypts_at_rest() {
+    let conf_dir = tempfile::tempdir().unwrap();
+    let nats = NatsFixture::start_with_config(Some(shipped_single_config(conf_dir.path())));
+    let port = nats.port();
+    let data = tempfile::tempdir().unwrap();
+
+    // Only admin may create streams; init connects as the user in the URL and never prints its password.
+    let as_user = |user: &str, password: &str| format!("nats://{user}:{password}@127.0.0.1:{port}");
+    let admin_url = as_user("admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD"));
+    let (ok, out, err) = run(
+        data.path(),
+        &[
+            "init",
+            "--nats-url",
+            &admin_url,
+            "--tenant",
+            "acme",
+            "--tenant",
+            "globex",
+        ],
+    );
+    assert!(ok, "admin init failed\n{out}\n{err}");
+    assert!(out.contains("created stream ATL_LEDGER"), "{out}");
+    assert!(!out.contains("admin-pw"), "password printed\n{out}");
+
+    runtime().block_on(async {
+        let admin = quick(login(&nats, "admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD")).await);
+        let count = |name: &'static str| {
+            let admin = admin.clone();
+            async move {
+                admin
+                    .get_stream(name)
+                    .await
+                    .unwrap()
+                    .info()
+                    .await
+                    .unwrap()
+                    .state
+                    .messages
+            }
+        };
+
+        // Producers: their own tenant's tool events and payload bucket, nothing else.
+        let producer = login(
+            &nats,
+            "producer_acme",
+            secret("TOOLLEDGER_NATS_PRODUCER_ACME_PASSWORD"),
+        )
+        .await;
+        let js = quick(producer.clone());
+        assert!(stored(&js, "atl.in.acme.tool.declared", CANARY).await);
+        assert!(
+            !stored(&js, "atl.in.globex.tool.declared", b"{}").await,
+            "another tenant's subject"
+        );
+        assert!(
+            !stored(&js, "atl.in.acme.toolledger.access.read", b"{}").await,
+            "the ledger's own classes"
+        );
+        assert!(
+            !stored(&js, "atl.ledger.acme.tool.declared", b"{}").await,
+            "the ledger"
+        );
+        assert_eq!(count(streams::INBOUND).await, 1);
+        assert!(stored(&js, "atl.in.acme.tool.declared", b"{\"poison\":true}").await);
+        let own = js.get_object_store("ATL_PAYLOADS_acme").await.unwrap();
+        own.put("big-payload", &mut &CANARY[..]).await.unwrap();
+        assert!(
+            js.get_object_store("ATL_PAYLOADS_globex").await.is_err(),
+            "another tenant's bucket"
+        );
+        assert!(
+            !answered(&producer, "$JS.API.STREAM.PURGE.ATL_INBOUND", b"").await,
+            "purging the inbox"
+        );
+
+        // Ingest writes the ledger but can neither create streams nor update, purge or delete the ledger.
+        let ingest = login(&nats, "ingest", secret("TOOLLEDGER_NATS_INGEST_PASSWORD")).await;
+        let config = serde_json::to_vec(&streams::quarantine_config(&ContractSettings::default())).unwrap();
+        assert!(
+            ingest
+                .request("$JS.API.STREAM.CREATE.ATL_QUARANTINE", config.into())
+                .await
+                .is_err(),
+            "ingest created a stream"
+        );
+        let js = quick(ingest.clone());
+        assert!(stored(&js, "atl.ledger.acme.tool.declared", b"{\"entry\":1}").await);
+        assert!(stored(&js, "atl.checkpoints", b"checkpoint").await);
+        let mut weaker = streams::ledger_config(&ContractSettings::default());
+        weaker.max_age = Duration::from_secs(60);
+        let update = serde_json::to_vec(&weaker).unwrap();
+        assert!(
+            ingest
+                .request("$JS.API.STREAM.UPDATE.ATL_LEDGER", update.clone().into())
+                .await
+                .is_err(),
+            "ingest updated the ledger"
+        );
+        for subject in [
+            "$JS.API.STREAM.PURGE.ATL_LEDGER",
+            "$JS.API.STREAM.DELETE.ATL_LEDGER",
+            "$JS.API.STREAM.DELETE.ATL_CHECKPOINTS",
+        ] {
+            assert!(!answered(&ingest, subject, b"").await, "{subject}");
+        }
+        assert!(
+            !answered(&ingest, "$JS.API.STREAM.MSG.DELETE.ATL_LEDGER", b"{\"seq\":1}").await,
+            "deleting a ledger message"
+        );
+        let log = std::fs::read_to_string(nats.log_file()).unwrap();
+        for subject in [
+            "CREATE.ATL_QUARANTINE",
+            "UPDATE.ATL_LEDGER",
+            "PURGE.ATL_LEDGER",
+            "DELETE.ATL_LEDGER",
+            "MSG.DELETE.ATL_LEDGER",
+        ] {
+            let line =
+                format!("\"LEDGER/user:ingest\" - Publish Violation - Subject \"$JS.API.STREAM.{subject}\"");
+            assert!(
+                log.contains(&line),
+                "the server names the refused request: {line}\n{log}"
+            );
+        }
+        assert_eq!(count(streams::LEDGER).await, 1);
+        // Ingest makes its own advisory stream (poison messages) and deletes a poison message from the inbox.
+        js.get_or_create_stream(stream::Config {
+            name: "ATL_INBOUND_ADVISORIES".to_owned(),
+            subjects: vec!["$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ATL_INBOUND.ingest".to_owned()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let inbound = js.get_stream(streams::INBOUND).await.unwrap();
+        assert!(inbound.delete_message(2).await.unwrap());
+        assert_eq!(count(streams::INBOUND).await, 1);
+        assert_eq!(count(streams::CHECKPOINTS).await, 1);
+
+        // The reader reads the ledger and writes nothing.
+        let reader = quick(login(&nats, "reader", secret("TOOLLEDGER_NATS_READER_PASSWORD")).await);
+        let ledger = reader.get_stream(streams::LEDGER).await.unwrap();
+        assert_eq!(
+            ledger.get_raw_message(1).await.unwrap().payload.as_ref(),
+            b"{\"entry\":1}"
+        );
+        assert!(!stored(&reader, "atl.ledger.acme.tool.declared", b"{}").await);
+        assert!(
+            reader.get_stream(streams::INBOUND).await.is_err(),
+            "the reader sees the inbox"
+        );
+
+        // The admin alone may update the ledger (here to something harmless).
+        let mut config = admin
+            .get_stream(streams::LEDGER)
+            .await
+            .unwrap()
+            .cached_info()
+            .config
+            .clone();
+        assert!(config.max_age.is_zero(), "ingest's update got through");
+        config.description = Some("updated by the offline admin".to_owned());
+        admin.update_stream(config).await.unwrap();
+        assert_eq!(
+            streams::check_contract_with(&admin, &settings_with(&["acme", "globex"])).await,
+            []
+        );
+    });
+
+    // Encryption at rest: the canary went into ATL_INBOUND and the payload bucket, yet no stored byte shows it.
+    assert_eq!(files_containing(nats.store_dir(), CANARY), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn without_encryption_the_canary_is_on_disk() {
+    // The control for the test above: the search finds the canary when the store is not encrypted.
+    let nats = NatsFixture::start();
+    runtime().block_on(async {
+        let js = jetstream::new(nats.client().await);
+        streams::ensure_inbound(&js).await.unwrap();
+        assert!(stored(&js, "atl.in.acme.tool.declared", CANARY).await);
+    });
+    assert!(!files_containing(nats.store_dir(), CANARY).is_empty());
+}
