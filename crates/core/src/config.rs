@@ -20,7 +20,7 @@ use crate::{Error, Result};
 pub const CONFIG_FILE_ENV: &str = "TOOLLEDGER_CONFIG";
 
 /// The top-level sections and keys that may be set from the environment.
-const ENV_KEYS: &[&str] = &["data_dir", "nats", "telemetry"];
+const ENV_KEYS: &[&str] = &["data_dir", "nats", "telemetry", "ledger"];
 
 /// The whole configuration of a toolledger process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +32,39 @@ pub struct Config {
     pub nats: NatsConfig,
     /// Logging and the `/metrics` + `/healthz` server.
     pub telemetry: TelemetryConfig,
+    /// The ledger's tamper evidence: Merkle tiles, the checkpoint signing key, checkpoint cadence.
+    #[serde(default)]
+    pub ledger: LedgerConfig,
+}
+
+/// The ledger's Merkle tiles and signed checkpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LedgerConfig {
+    /// The log's identity in every checkpoint; the signing key's name (`toolledger init --key-name`)
+    /// should be the same.
+    pub origin: String,
+    /// Where the tiles live: a directory, `file:///dir` or `s3://bucket/prefix`. Default
+    /// `<data_dir>/tiles`.
+    pub tiles: Option<String>,
+    /// The checkpoint signing key made by `toolledger init`. Default `<data_dir>/keys/checkpoint.key`.
+    pub key_file: Option<PathBuf>,
+    /// Sign a checkpoint after this many entries.
+    pub checkpoint_every: u64,
+    /// Sign a checkpoint when this many milliseconds passed since the last and the tree grew.
+    pub checkpoint_interval_ms: u64,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        Self {
+            origin: "toolledger/ATL_LEDGER".to_owned(),
+            tiles: None,
+            key_file: None,
+            checkpoint_every: 1000,
+            checkpoint_interval_ms: 10_000,
+        }
+    }
 }
 
 /// How to reach NATS.
@@ -83,6 +116,7 @@ impl Default for Config {
                 log_filter: "info".to_owned(),
                 log_format: LogFormat::Text,
             },
+            ledger: LedgerConfig::default(),
         }
     }
 }
@@ -122,9 +156,39 @@ impl Config {
         if self.nats.server_bin.as_os_str().is_empty() {
             return Err(invalid("nats.server_bin", "must not be empty"));
         }
+        if self.ledger.origin.is_empty() || self.ledger.origin.contains('\n') {
+            return Err(invalid("ledger.origin", "must be one non-empty line"));
+        }
+        if self.ledger.checkpoint_every == 0 {
+            return Err(invalid("ledger.checkpoint_every", "must be at least 1"));
+        }
+        if self.ledger.checkpoint_interval_ms == 0 {
+            return Err(invalid("ledger.checkpoint_interval_ms", "must be at least 1"));
+        }
         tracing_subscriber::EnvFilter::try_new(&self.telemetry.log_filter)
             .map_err(|e| invalid("telemetry.log_filter", e.to_string()))?;
         Ok(())
+    }
+
+    /// Where the ledger's tiles live (`ledger.tiles`, else `<data_dir>/tiles`).
+    pub fn tiles_location(&self) -> String {
+        self.ledger
+            .tiles
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("tiles").display().to_string())
+    }
+
+    /// The checkpoint signing key file (`ledger.key_file`, else `<data_dir>/keys/checkpoint.key`).
+    pub fn checkpoint_key_file(&self) -> PathBuf {
+        self.ledger
+            .key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("keys/checkpoint.key"))
+    }
+
+    /// The checkpoint verifier key file beside the signing key (`checkpoint.pub`).
+    pub fn checkpoint_verifier_file(&self) -> PathBuf {
+        self.checkpoint_key_file().with_extension("pub")
     }
 
     /// The local nats-server's JetStream store directory.
@@ -234,6 +298,28 @@ mod tests {
             let text = load_in(jail, "").unwrap_err().to_string();
             assert!(text.contains("telemetry.metrics_listen"), "{text}");
             assert!(text.contains("TOOLLEDGER_TELEMETRY__METRICS_LISTEN"), "{text}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn ledger_section_defaults_follow_data_dir_and_take_overrides() {
+        Jail::expect_with(|jail| {
+            jail.set_env("TOOLLEDGER_LEDGER__CHECKPOINT_EVERY", "5");
+            let config = load_in(jail, "data_dir = \"/srv/tl\"\n").unwrap();
+            assert_eq!(config.ledger.checkpoint_every, 5);
+            assert_eq!(config.tiles_location(), "/srv/tl/tiles");
+            assert_eq!(
+                config.checkpoint_key_file(),
+                PathBuf::from("/srv/tl/keys/checkpoint.key")
+            );
+            assert_eq!(
+                config.checkpoint_verifier_file(),
+                PathBuf::from("/srv/tl/keys/checkpoint.pub")
+            );
+            jail.set_env("TOOLLEDGER_LEDGER__CHECKPOINT_EVERY", "0");
+            let text = load_in(jail, "").unwrap_err().to_string();
+            assert!(text.contains("ledger.checkpoint_every"), "{text}");
             Ok(())
         });
     }

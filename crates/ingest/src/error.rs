@@ -53,6 +53,26 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// The identity index (duplicate detection) could not be read or written.
+    #[error("identity index: {reason}")]
+    IdentityIndex {
+        /// What went wrong.
+        reason: String,
+    },
+    /// A rejected message could not be written to ATL_QUARANTINE; it stays unacked and comes back.
+    #[error("quarantine of inbound seq {inbound_seq}: {reason}")]
+    Quarantine {
+        /// Its ATL_INBOUND sequence.
+        inbound_seq: u64,
+        /// What went wrong.
+        reason: String,
+    },
+    /// An event the ledger writes itself (a receipt) could not be built.
+    #[error("ledger-own event: {reason}")]
+    LedgerOwnEvent {
+        /// What went wrong.
+        reason: String,
+    },
     /// Another ingest took the lease this one held.
     #[error("lease {key} lost by {holder}")]
     LeaseLost {
@@ -61,6 +81,159 @@ pub enum Error {
         /// This process's holder name.
         holder: String,
     },
+    /// The scrubber's HMAC key file could not be read or created.
+    #[error("scrub key {path}: {reason}")]
+    ScrubKey {
+        /// The key file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The blob store URL or its options are unusable.
+    #[error("blob store {url}: {reason}")]
+    BlobStoreConfig {
+        /// The store URL.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A payload's blob is not in the store (erased, or never written).
+    #[error("payload blob {blob_id} is missing")]
+    PayloadMissing {
+        /// The blob id the entry references.
+        blob_id: String,
+    },
+    /// A payload's blob does not match the commitment in the entry: it was altered or swapped.
+    #[error("payload blob {blob_id}: commitment {actual} does not match the entry's {expected}")]
+    PayloadDigestMismatch {
+        /// The blob id the entry references.
+        blob_id: String,
+        /// The commitment in the entry.
+        expected: String,
+        /// The commitment of the stored bytes.
+        actual: String,
+    },
+    /// The blob store kept failing with transient errors; nothing was lost, retry later.
+    #[error("blob store {operation} of {blob_id}: unavailable after {attempts} attempts: {reason}")]
+    BlobStoreUnavailable {
+        /// `put`, `get` or `delete`.
+        operation: &'static str,
+        /// The blob concerned.
+        blob_id: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last error.
+        reason: String,
+    },
+    /// The blob store refused an operation for good (permissions, configuration, a conflicting blob).
+    #[error("blob store {operation} of {blob_id}: {reason}")]
+    BlobStore {
+        /// The operation.
+        operation: &'static str,
+        /// The blob concerned.
+        blob_id: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// An event's `{"$upload": …}` reference is malformed or names another tenant's bucket.
+    #[error("upload reference at {path}: {reason}")]
+    UploadInvalid {
+        /// JSON Pointer of the reference in the event.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A referenced upload is not in its bucket.
+    #[error("upload {bucket}/{name} is missing")]
+    UploadMissing {
+        /// The bucket.
+        bucket: String,
+        /// The object's name.
+        name: String,
+    },
+    /// A referenced upload's size or SHA-256 differs from the reference.
+    #[error("upload {bucket}/{name}: {reason}")]
+    UploadMismatch {
+        /// The bucket.
+        bucket: String,
+        /// The object's name.
+        name: String,
+        /// What differs.
+        reason: String,
+    },
+    /// The upload bucket could not be read or cleaned up now; retry later.
+    #[error("upload {bucket}/{name}: unavailable: {reason}")]
+    UploadUnavailable {
+        /// The bucket.
+        bucket: String,
+        /// The object's name.
+        name: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The ledger no longer hashes to the last signed checkpoint's root: the ledger (or the tiles and
+    /// the ledger) were altered. Ingest must not append or sign over it.
+    #[error(
+        "ledger tree of size {size} has root {computed}, but the signed checkpoint says {signed}: the ledger was altered"
+    )]
+    CheckpointRootMismatch {
+        /// The signed tree size.
+        size: u64,
+        /// The signed root, hex.
+        signed: String,
+        /// The root recomputed from the ledger, hex.
+        computed: String,
+    },
+    /// The ledger has fewer entries than the last signed checkpoint covers.
+    #[error("ledger ends at seq {ledger_last_seq} but a signed checkpoint covers {size} entries")]
+    LedgerBehindCheckpoint {
+        /// The signed tree size.
+        size: u64,
+        /// The ledger's last sequence.
+        ledger_last_seq: u64,
+    },
+    /// The ledger entry at `seq` does not hash to the leaf the tiles hold for it (the ledger is then
+    /// recomputed in full to decide which one was altered).
+    #[error("ledger seq {seq} disagrees with the tiles")]
+    LedgerDiverges {
+        /// The ledger sequence.
+        seq: u64,
+    },
+    /// The last checkpoint in the checkpoint stream does not verify with the trusted keys.
+    #[error("checkpoint at seq {seq} is not trusted: {reason}")]
+    CheckpointUntrusted {
+        /// Its sequence in the checkpoint stream.
+        seq: u64,
+        /// Why it does not verify.
+        reason: String,
+    },
+    /// A checkpoint could not be published.
+    #[error("checkpoint of size {size}: {reason}")]
+    CheckpointPublish {
+        /// The tree size it signs.
+        size: u64,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Entries reached the checkpointer out of order: an append path bypassed it.
+    #[error("checkpointer expected ledger seq {expected}, got {got}")]
+    CheckpointerOutOfStep {
+        /// The sequence the tree continues with.
+        expected: u64,
+        /// The sequence it was given.
+        got: u64,
+    },
+    /// The tile store location is unusable.
+    #[error("tile store {location}: {reason}")]
+    TileStoreConfig {
+        /// The configured location.
+        location: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The Merkle log (tiles, signing) failed.
+    #[error("merkle log: {0}")]
+    Merkle(#[from] toolledger_merkle::Error),
 }
 
 /// Result with [`Error`] as the default error.

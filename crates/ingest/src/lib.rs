@@ -5,13 +5,32 @@
 //!                  └─ rejects ─▶ ATL_QUARANTINE (+ a receipt entry in the ledger)
 //! ```
 //!
+//! - [`service`]: the loop that ties the stages together (entry point: [`service::run`]).
 //! - [`lease`]: the single-writer lease in the `ATL_LEASES` bucket.
 //! - [`append`]: pipelined appends conditional on the ledger's last sequence, with read-back
 //!   reconciliation by leaf hash after any failure.
+//! - [`checkpoint`]: the Merkle tree over the ledger (tiles) and signed checkpoints to ATL_CHECKPOINTS.
+//! - [`dedupe`]: the identity index, duplicate detection for all time, rebuildable from the ledger.
+//! - [`quarantine`]: rejected originals to ATL_QUARANTINE and their receipts.
+//! - [`poison`]: messages the client cannot read, caught after `max_deliver` and fetched raw.
+//! - [`metrics`]: what `/metrics` shows of ingest.
+//! - [`scrub`]: secrets replaced by HMAC markers; declared sensitive fields per tool.
+//! - [`payload`]: large and erasable fields and producer uploads moved to the blob store, verified reads.
+//!
+//! Data enters as ATL_INBOUND messages and leaves as ATL_LEDGER entries, ATL_QUARANTINE originals
+//! and inbound acks.
 #![warn(missing_docs)]
 
 pub mod append;
+pub mod checkpoint;
+pub mod dedupe;
 pub mod lease;
+pub mod metrics;
+pub mod payload;
+pub mod poison;
+pub mod quarantine;
+pub mod scrub;
+pub mod service;
 
 mod error;
 pub use error::{Error, Result};

@@ -59,6 +59,9 @@ embedded! {
     "ledger/access-read.schema.json",
     "ledger/quarantine-recorded.schema.json",
     "ledger/erasure-completed.schema.json",
+    "ledger/payload-ref.schema.json",
+    "ledger/upload-ref.schema.json",
+    "ledger/scrubbed.schema.json",
     "events/tool.declared.schema.json",
     "events/tool.surface.created.schema.json",
     "events/tool.surface.updated.schema.json",
@@ -90,6 +93,14 @@ embedded! {
     "events/toolledger.quarantine.recorded.schema.json",
     "events/toolledger.erasure.completed.schema.json",
 }
+
+/// The ledger's in-event reference shapes: not event data, but values ingest writes (`$payload`,
+/// `$scrubbed`) or reads (`$upload`) inside an event's `data`.
+pub const REFERENCE_SCHEMAS: &[&str] = &[
+    "ledger/payload-ref.schema.json",
+    "ledger/upload-ref.schema.json",
+    "ledger/scrubbed.schema.json",
+];
 
 macro_rules! object_kinds {
     ($($variant:ident => $file:literal, $official:expr, $doc:literal;)*) => {
@@ -742,9 +753,17 @@ mod tests {
         }
         assert_eq!(
             files.len(),
-            1 + EventClass::ALL.len() + ObjectKind::ALL.len(),
+            1 + EventClass::ALL.len() + ObjectKind::ALL.len() + REFERENCE_SCHEMAS.len(),
             "no stray schema files"
         );
+        for path in REFERENCE_SCHEMAS {
+            let (_, text) = SCHEMA_FILES.iter().find(|(p, _)| p == path).expect("embedded");
+            let schema: Value = serde_json::from_str(text).expect("json");
+            let validator = jsonschema::validator_for(&schema).expect("compiles");
+            for example in schema["examples"].as_array().into_iter().flatten() {
+                assert!(validator.is_valid(example), "{path}: {example}");
+            }
+        }
     }
 
     #[test]

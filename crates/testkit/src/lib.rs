@@ -4,6 +4,8 @@
 //!   directory; stops when dropped; restarts on the same port and store (gracefully or after a kill).
 //! - [`ChildProcess`]: runs a `toolledger` subcommand (or any program) as a child with its output
 //!   captured, and stops it with SIGTERM or kills it with SIGKILL; fault tests are built on it.
+//! - [`S3Fixture`]: a real S3-compatible server (moto) on a free loopback port with one bucket; can be
+//!   paused (SIGSTOP) and resumed for fault tests.
 //! - [`http_get`]: a minimal HTTP/1.1 GET for scraping `/metrics` and `/healthz` without a client stack.
 //!
 //! The server binary is `TOOLLEDGER_NATS_SERVER` if set, else the pinned one `scripts/setup` installs
@@ -13,7 +15,9 @@
 mod http;
 mod nats;
 mod process;
+mod s3;
 
 pub use http::{HttpResponse, http_get};
 pub use nats::{NatsFixture, nats_server_bin, python, workspace_root};
 pub use process::ChildProcess;
+pub use s3::{S3Fixture, moto_server_bin};

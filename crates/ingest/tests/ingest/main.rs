@@ -3,3 +3,6 @@
 #![allow(clippy::unwrap_used)] // a panic is how a test reports failure
 
 mod append;
+mod payload;
+mod pipeline;
+mod scrub;

@@ -1,0 +1,453 @@
+//! The ledger's Merkle tree and its signed checkpoints, kept by the single writer beside the appender.
+//!
+//! ```text
+//! open (after the lease and the appender):
+//!   last ATL_CHECKPOINTS message ─verify (signing key + trusted keys)─▶ signed size S, root R
+//!   tiles at S ─TiledLog::open─▶ root = R, and ledger entry S hashes to the tiles' leaf S-1 ?
+//!      │ yes                                   │ no, or tiles missing / corrupt / conflicting
+//!      ▼                                       ▼
+//!   ledger S+1..=tail ─▶ leaves ─▶ tiles    ledger 1..=tail ─▶ leaves ─▶ root at S = R ?
+//!                                              ├ no ─▶ Error::CheckpointRootMismatch (ledger altered; stop)
+//!                                              └ yes ─▶ rebuild every tile from the leaves
+//!   tree grew past S ─▶ checkpoint
+//!
+//! run:  appended(seqs, entries) ─▶ leaves ─▶ full tiles ─▶ N entries since the last checkpoint? ─▶ checkpoint
+//!       tick()                  ─▶ T elapsed since the last checkpoint and the tree grew? ─▶ checkpoint
+//! checkpoint: flush tiles ─▶ sign the C2SP checkpoint ─▶ publish to atl.checkpoints with
+//!             Nats-Expected-Last-Sequence = the last checkpoint's sequence (single writer)
+//! ```
+//!
+//! Tiles are a cache of the tree; the ledger is its source and the signed checkpoints its anchor.
+//! Whenever the tiles cannot be trusted the tree is recomputed from the ledger and compared with the
+//! last signed root before ingest appends again, so an altered ledger stops ingest instead of being
+//! signed over.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, message::PublishMessage};
+use toolledger_merkle::{
+    Checkpoint, CompactRange, Hash, NoteSigner, TileReader, TileStore, TiledLog, Verifiers,
+};
+use toolledger_wire::entry::hex;
+use toolledger_wire::streams::{CHECKPOINTS, CHECKPOINTS_SUBJECT, LEDGER};
+
+use crate::append::{PendingEntry, read_range};
+use crate::{Error, Result};
+
+/// Entries between checkpoints unless configured otherwise.
+pub const DEFAULT_EVERY: u64 = 1000;
+/// Longest time an appended entry waits for a checkpoint unless configured otherwise.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+/// Ledger messages read per ordered consumer while restoring: bounds the bytes held at once.
+const READ_CHUNK: u64 = 4096;
+/// How long to wait for a checkpoint publish ack.
+const ACK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the tree comes from and goes to, and how often it is signed.
+#[derive(Debug, Clone)]
+pub struct CheckpointSettings {
+    /// The ledger stream the tree is over.
+    pub ledger_stream: String,
+    /// The stream of signed checkpoints.
+    pub checkpoint_stream: String,
+    /// The subject checkpoints are published on.
+    pub checkpoint_subject: String,
+    /// The log's identity in every checkpoint (the signing key's name should be the same).
+    pub origin: String,
+    /// Sign after this many entries since the last checkpoint.
+    pub every: u64,
+    /// Sign when this long has passed since the last checkpoint and the tree grew.
+    pub interval: Duration,
+    /// Keys besides the signing key whose checkpoints are trusted on restore (retired keys after a
+    /// rotation).
+    pub trusted: Verifiers,
+}
+
+impl CheckpointSettings {
+    /// The contract's streams (ATL_LEDGER, ATL_CHECKPOINTS) with the default cadence.
+    pub fn new(origin: &str) -> Self {
+        Self {
+            ledger_stream: LEDGER.to_owned(),
+            checkpoint_stream: CHECKPOINTS.to_owned(),
+            checkpoint_subject: CHECKPOINTS_SUBJECT.to_owned(),
+            origin: origin.to_owned(),
+            every: DEFAULT_EVERY,
+            interval: DEFAULT_INTERVAL,
+            trusted: Verifiers::default(),
+        }
+    }
+}
+
+/// Keeps the Merkle tree over the ledger in step with the appender and publishes signed checkpoints.
+pub struct Checkpointer {
+    js: jetstream::Context,
+    settings: CheckpointSettings,
+    signer: NoteSigner,
+    log: TiledLog,
+    /// The last published checkpoint (size 0 before the first).
+    signed: Checkpoint,
+    /// Its sequence in the checkpoint stream (0 before the first).
+    signed_seq: u64,
+    signed_at: Instant,
+}
+
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointer")
+            .field("origin", &self.settings.origin)
+            .field("size", &self.log.size())
+            .field("signed_size", &self.signed.size)
+            .field("signed_seq", &self.signed_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Checkpointer {
+    /// Restores the tree at the ledger's tail (`ledger_tail`, the appender's last sequence) from the
+    /// last signed checkpoint, the tiles and the ledger, checking it against the signed root; then
+    /// signs the entries appended after that checkpoint, if any. Call it holding the ledger lease,
+    /// after the appender is open and before appending.
+    ///
+    /// Fails with [`Error::CheckpointRootMismatch`] when the ledger no longer hashes to the last
+    /// signed root, [`Error::LedgerBehindCheckpoint`] when entries a checkpoint covers are gone, and
+    /// [`Error::CheckpointUntrusted`] when the last checkpoint does not verify.
+    pub async fn open(
+        js: jetstream::Context,
+        settings: CheckpointSettings,
+        signer: NoteSigner,
+        tiles: TileStore,
+        ledger_tail: u64,
+    ) -> Result<Self> {
+        let mut verifiers = settings.trusted.clone();
+        verifiers.add(signer.verifier());
+        let (signed_seq, signed) = match last_checkpoint(&js, &settings, &verifiers).await? {
+            Some(found) => found,
+            None => (
+                0,
+                Checkpoint::new(&settings.origin, 0, toolledger_merkle::empty_root()),
+            ),
+        };
+        if ledger_tail < signed.size {
+            return Err(Error::LedgerBehindCheckpoint {
+                size: signed.size,
+                ledger_last_seq: ledger_tail,
+            });
+        }
+        let log = restore(&js, &settings.ledger_stream, tiles, &signed, ledger_tail).await?;
+        tracing::info!(
+            size = log.size(),
+            signed_size = signed.size,
+            signed_seq,
+            "merkle tree restored"
+        );
+        let mut checkpointer = Self {
+            js,
+            settings,
+            signer,
+            log,
+            signed,
+            signed_seq,
+            signed_at: Instant::now(),
+        };
+        // Entries appended after the last checkpoint (a crash before it was signed) are signed now,
+        // so a writer that keeps crashing early still gets its entries signed.
+        checkpointer.checkpoint().await?;
+        Ok(checkpointer)
+    }
+
+    /// Takes entries the appender just appended at `seqs` into the tree (writing tiles as they fill)
+    /// and signs a checkpoint when `every` entries have accumulated since the last one.
+    ///
+    /// `seqs` must continue the tree exactly ([`Error::CheckpointerOutOfStep`] if not: an append
+    /// path that bypassed the checkpointer).
+    pub async fn appended(&mut self, seqs: &[u64], entries: &[PendingEntry]) -> Result<()> {
+        if seqs.len() != entries.len() {
+            return Err(Error::CheckpointerOutOfStep {
+                expected: self.log.size() + 1,
+                got: seqs.first().copied().unwrap_or(0),
+            });
+        }
+        for (&seq, entry) in seqs.iter().zip(entries) {
+            let expected = self.log.size() + 1;
+            if seq != expected {
+                return Err(Error::CheckpointerOutOfStep { expected, got: seq });
+            }
+            self.log.append(entry.leaf).await?;
+        }
+        if self.log.size() - self.signed.size >= self.settings.every.max(1) {
+            self.checkpoint().await?;
+        }
+        Ok(())
+    }
+
+    /// Signs a checkpoint when `interval` has passed since the last one and the tree grew. Call it
+    /// between batches, including idle ones.
+    pub async fn tick(&mut self) -> Result<Option<Checkpoint>> {
+        if self.signed_at.elapsed() >= self.settings.interval {
+            return self.checkpoint().await;
+        }
+        Ok(None)
+    }
+
+    /// Signs and publishes a checkpoint for the current tree if it grew since the last one (for
+    /// example on shutdown); returns it, or `None` when there was nothing new to sign.
+    pub async fn checkpoint(&mut self) -> Result<Option<Checkpoint>> {
+        let size = self.log.size();
+        if size <= self.signed.size {
+            return Ok(None);
+        }
+        // Tiles first: a published checkpoint's proofs can always be served.
+        self.log.flush().await?;
+        let checkpoint = Checkpoint::new(&self.settings.origin, size, self.log.root());
+        let note = checkpoint.sign(&[&self.signer])?;
+        let seq = self.publish(&checkpoint, &note).await?;
+        tracing::debug!(size, seq, "checkpoint signed");
+        self.signed = checkpoint.clone();
+        self.signed_seq = seq;
+        self.signed_at = Instant::now();
+        Ok(Some(checkpoint))
+    }
+
+    async fn publish(&self, checkpoint: &Checkpoint, note: &str) -> Result<u64> {
+        let size = checkpoint.size;
+        let failed = |reason: String| Error::CheckpointPublish { size, reason };
+        let publish = PublishMessage::build()
+            .payload(note.to_owned().into())
+            .message_id(format!("{size}-{}", hex(&checkpoint.root)))
+            .expected_last_sequence(self.signed_seq);
+        let outcome = async {
+            let ack = self
+                .js
+                .send_publish(self.settings.checkpoint_subject.clone(), publish)
+                .await
+                .map_err(|e| e.to_string())?;
+            tokio::time::timeout(ACK_TIMEOUT, ack.into_future())
+                .await
+                .map_err(|_| "timed out".to_owned())?
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        match outcome {
+            Ok(ack) => Ok(ack.sequence),
+            Err(reason) => {
+                // The publish may have landed before the failure: only our own note may follow ours.
+                tracing::warn!(size, %reason, "checkpoint publish failed; reading back");
+                let stream = &self.settings.checkpoint_stream;
+                match last_message(&self.js, stream).await? {
+                    Some((seq, text)) if seq == self.signed_seq + 1 && text == note => Ok(seq),
+                    Some((seq, _)) if seq > self.signed_seq => Err(Error::CheckpointPublish {
+                        size,
+                        reason: format!(
+                            "{stream} seq {seq} holds a checkpoint this writer did not publish; \
+                             another writer is active"
+                        ),
+                    }),
+                    _ => Err(failed(reason)),
+                }
+            }
+        }
+    }
+
+    /// Entries in the tree.
+    pub fn size(&self) -> u64 {
+        self.log.size()
+    }
+
+    /// The current root.
+    pub fn root(&self) -> Hash {
+        self.log.root()
+    }
+
+    /// The last published checkpoint (size 0 before the first).
+    pub fn last_checkpoint(&self) -> &Checkpoint {
+        &self.signed
+    }
+
+    /// The last checkpoint's sequence in the checkpoint stream (0 before the first).
+    pub fn last_checkpoint_seq(&self) -> u64 {
+        self.signed_seq
+    }
+
+    /// Where the tiles are written.
+    pub fn tiles(&self) -> &TileStore {
+        self.log.tiles()
+    }
+}
+
+/// The last message of the checkpoint stream, verified and parsed; `None` when there is none.
+async fn last_checkpoint(
+    js: &jetstream::Context,
+    settings: &CheckpointSettings,
+    verifiers: &Verifiers,
+) -> Result<Option<(u64, Checkpoint)>> {
+    let Some((seq, note)) = last_message(js, &settings.checkpoint_stream).await? else {
+        return Ok(None);
+    };
+    let checkpoint =
+        Checkpoint::open_for(&note, &settings.origin, verifiers).map_err(|e| Error::CheckpointUntrusted {
+            seq,
+            reason: e.to_string(),
+        })?;
+    Ok(Some((seq, checkpoint)))
+}
+
+/// The last message of `stream` as text, with its sequence; `None` when the stream is empty.
+async fn last_message(js: &jetstream::Context, stream: &str) -> Result<Option<(u64, String)>> {
+    let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
+        stream: stream.to_owned(),
+        reason: e.to_string(),
+    };
+    let mut handle = js.get_stream(stream).await.map_err(|e| stream_error(&e))?;
+    let last = handle
+        .info()
+        .await
+        .map_err(|e| stream_error(&e))?
+        .state
+        .last_sequence;
+    if last == 0 {
+        return Ok(None);
+    }
+    let message = handle.get_raw_message(last).await.map_err(|e| stream_error(&e))?;
+    let text = String::from_utf8(message.payload.to_vec())
+        .map_err(|_| stream_error(&format!("seq {last} is not UTF-8 text")))?;
+    Ok(Some((last, text)))
+}
+
+/// The leaf hashes of ledger entries `from..=to`, read in bounded chunks; a missing sequence is an
+/// error (the ledger denies deletes, so a gap means it was tampered with).
+pub async fn ledger_leaves(js: &jetstream::Context, stream: &str, from: u64, to: u64) -> Result<Vec<Hash>> {
+    let mut leaves = Vec::with_capacity(usize::try_from(to.saturating_sub(from) + 1).unwrap_or(0));
+    let mut next = from;
+    while next <= to {
+        let end = to.min(next + READ_CHUNK - 1);
+        for (seq, bytes) in read_range(js, stream, next, end).await? {
+            if seq != next {
+                return Err(Error::Stream {
+                    stream: stream.to_owned(),
+                    reason: format!("ledger seq {next} is missing (next is {seq})"),
+                });
+            }
+            leaves.push(toolledger_merkle::leaf_hash(&bytes));
+            next += 1;
+        }
+        if next <= end {
+            return Err(Error::Stream {
+                stream: stream.to_owned(),
+                reason: format!("ledger ends at seq {} before {end}", next - 1),
+            });
+        }
+    }
+    Ok(leaves)
+}
+
+/// The tree at `tail`: from the tiles when they agree with the signed checkpoint and the ledger,
+/// else recomputed from the whole ledger, checked against the signed root, and the tiles rebuilt.
+async fn restore(
+    js: &jetstream::Context,
+    stream: &str,
+    tiles: TileStore,
+    signed: &Checkpoint,
+    tail: u64,
+) -> Result<TiledLog> {
+    if signed.size > 0 {
+        match resume_from_tiles(js, stream, tiles.clone(), signed, tail).await {
+            Ok(log) => return Ok(log),
+            Err(Error::Merkle(reason)) => {
+                tracing::warn!(error = %reason, size = signed.size, "tiles unusable; rebuilding them from the ledger");
+            }
+            Err(Error::LedgerDiverges { seq }) => {
+                tracing::warn!(
+                    seq,
+                    "ledger entry disagrees with the tiles; recomputing the tree from the ledger"
+                );
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    let leaves = ledger_leaves(js, stream, 1, tail).await?;
+    let mut range = CompactRange::new();
+    for leaf in leaves
+        .iter()
+        .take(usize::try_from(signed.size).unwrap_or(usize::MAX))
+    {
+        range.append(*leaf);
+    }
+    let computed = range.root();
+    if computed != signed.root {
+        return Err(Error::CheckpointRootMismatch {
+            size: signed.size,
+            signed: hex(&signed.root),
+            computed: hex(&computed),
+        });
+    }
+    Ok(TiledLog::rebuild(tiles, leaves).await?)
+}
+
+/// The fast path: the tiles at the signed size (their root checked against the signature), a spot
+/// check that the ledger's entry at that size is the tiles' last leaf, then the ledger's tail.
+async fn resume_from_tiles(
+    js: &jetstream::Context,
+    stream: &str,
+    tiles: TileStore,
+    signed: &Checkpoint,
+    tail: u64,
+) -> Result<TiledLog> {
+    let mut log = TiledLog::open(tiles.clone(), signed.size, &signed.root).await?;
+    let tile_leaf = TileReader::new(tiles)
+        .leaf_hash(signed.size - 1, signed.size)
+        .await?;
+    let mut next = signed.size;
+    let mut first = true;
+    while next <= tail {
+        let end = tail.min(next + READ_CHUNK - 1);
+        let leaves = ledger_leaves(js, stream, next, end).await?;
+        for leaf in leaves {
+            if first {
+                first = false;
+                if leaf != tile_leaf {
+                    return Err(Error::LedgerDiverges { seq: signed.size });
+                }
+            } else {
+                log.append(leaf).await?;
+            }
+        }
+        next = end + 1;
+    }
+    Ok(log)
+}
+
+/// Opens the tile store at `location`: a directory path (created if missing), `file:///dir`,
+/// `memory://` (process-local, for tests) or `s3://bucket/prefix` (credentials and endpoint from the
+/// standard `AWS_*` environment variables).
+pub fn open_tiles(location: &str) -> Result<TileStore> {
+    let bad = |reason: String| Error::TileStoreConfig {
+        location: location.to_owned(),
+        reason,
+    };
+    if !location.contains("://") {
+        let dir = std::path::Path::new(location);
+        std::fs::create_dir_all(dir).map_err(|e| bad(e.to_string()))?;
+        return TileStore::local(dir).map_err(|e| bad(e.to_string()));
+    }
+    let url = url::Url::parse(location).map_err(|e| bad(e.to_string()))?;
+    let (scheme, prefix) = object_store::ObjectStoreScheme::parse(&url).map_err(|e| bad(e.to_string()))?;
+    match scheme {
+        object_store::ObjectStoreScheme::Memory => Ok(TileStore::in_memory()),
+        object_store::ObjectStoreScheme::Local => {
+            let dir = url
+                .to_file_path()
+                .map_err(|()| bad("not a local path".to_owned()))?;
+            std::fs::create_dir_all(&dir).map_err(|e| bad(e.to_string()))?;
+            TileStore::local(&dir).map_err(|e| bad(e.to_string()))
+        }
+        object_store::ObjectStoreScheme::AmazonS3 => {
+            let store = object_store::aws::AmazonS3Builder::from_env()
+                .with_url(location)
+                .build()
+                .map_err(|e| bad(e.to_string()))?;
+            Ok(TileStore::new(Arc::new(store), prefix.as_ref()))
+        }
+        other => Err(bad(format!("unsupported tile store {other:?}"))),
+    }
+}

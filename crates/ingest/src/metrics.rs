@@ -1,0 +1,89 @@
+//! Ingest's metrics on `/metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use toolledger_wire::QuarantineReason;
+
+/// The label of the quarantine counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// The quarantine reason.
+    pub reason: String,
+}
+
+/// Counters and gauges the ingest loop updates.
+#[derive(Clone)]
+pub struct IngestMetrics {
+    /// Entries appended to the ledger (events and receipts).
+    pub appended: Counter,
+    /// Inbound messages acked as duplicates of ledger entries.
+    pub duplicates: Counter,
+    /// Inbound messages quarantined, by reason.
+    pub quarantined: Family<ReasonLabel, Counter>,
+    /// Messages waiting in ATL_INBOUND for ingest.
+    pub inbound_lag: Gauge,
+    /// The ledger's last sequence as ingest knows it.
+    pub last_seq: Gauge,
+    /// Seconds from the first publish of a batch to its last ack.
+    pub append_latency: Histogram,
+}
+
+impl IngestMetrics {
+    /// The metrics, registered under `ingest_` in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            appended: Counter::default(),
+            duplicates: Counter::default(),
+            quarantined: Family::default(),
+            inbound_lag: Gauge::default(),
+            last_seq: Gauge::default(),
+            // 100 µs to ~3 s.
+            append_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+        };
+        let sub = registry.sub_registry_with_prefix("ingest");
+        sub.register(
+            "appended",
+            "Entries appended to the ledger",
+            metrics.appended.clone(),
+        );
+        sub.register(
+            "duplicates",
+            "Inbound messages acked as duplicates",
+            metrics.duplicates.clone(),
+        );
+        sub.register(
+            "quarantined",
+            "Inbound messages quarantined, by reason",
+            metrics.quarantined.clone(),
+        );
+        sub.register(
+            "inbound_lag",
+            "Messages waiting in ATL_INBOUND",
+            metrics.inbound_lag.clone(),
+        );
+        sub.register(
+            "ledger_last_seq",
+            "The ledger's last sequence",
+            metrics.last_seq.clone(),
+        );
+        sub.register(
+            "append_latency_seconds",
+            "Ledger append latency per batch",
+            metrics.append_latency.clone(),
+        );
+        metrics
+    }
+
+    /// Counts one quarantined message.
+    pub fn quarantined(&self, reason: QuarantineReason) {
+        self.quarantined
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str().to_owned(),
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,234 @@
+//! Moving large and erasable fields out of the event.
+//!
+//! Which values move, walking the event's `data`:
+//! 1. every value at a configured erasable path ([`OffloadConfig::erasable_paths`], JSON Pointers into
+//!    the event, `*` matching any key or index), whatever its size;
+//! 2. then, for the size threshold, the smallest values that are still above it: a container above the
+//!    threshold first offloads its children that are above it; if it is still above the threshold it
+//!    moves whole. `data` itself never moves: while it is above the threshold its largest children move
+//!    (at least 1 KiB each), so ids, status and times stay inline for the projections.
+//!
+//! Scrub markers and existing `$payload` references never move (offloading is idempotent).
+
+use std::io::Write;
+
+use bytes::Bytes;
+use serde_json::Value;
+use toolledger_wire::{PayloadRef, Tenant};
+
+use super::{BlobStore, is_payload_marker, payload_marker};
+use crate::scrub::{is_marker, pointer_tokens, to_pointer};
+use crate::{Error, Result};
+
+/// DESIGN §5's default: fields above 32 KiB of serialized JSON move to the object store.
+pub const DEFAULT_THRESHOLD: usize = 32 * 1024;
+
+/// Children of `data` smaller than this stay inline even when `data` as a whole is large.
+const MIN_DATA_CHILD: usize = 1024;
+
+/// What moves to the object store.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OffloadConfig {
+    /// Serialized JSON size above which a field moves.
+    pub threshold_bytes: usize,
+    /// JSON Pointers into the event whose values always move (so they can be erased).
+    #[serde(default)]
+    pub erasable_paths: Vec<String>,
+}
+
+impl Default for OffloadConfig {
+    fn default() -> Self {
+        Self {
+            threshold_bytes: DEFAULT_THRESHOLD,
+            erasable_paths: Vec::new(),
+        }
+    }
+}
+
+/// Moves payload fields to the [`BlobStore`] and leaves `{"$payload": …}` references.
+#[derive(Debug, Clone)]
+pub struct Offloader {
+    store: BlobStore,
+    threshold: usize,
+    erasable: Vec<Vec<String>>,
+}
+
+impl Offloader {
+    /// An offloader into `store`.
+    pub fn new(store: BlobStore, config: &OffloadConfig) -> Self {
+        Self {
+            store,
+            threshold: config.threshold_bytes,
+            erasable: config.erasable_paths.iter().map(|p| pointer_tokens(p)).collect(),
+        }
+    }
+
+    /// The store blobs go to.
+    pub fn store(&self) -> &BlobStore {
+        &self.store
+    }
+
+    /// Offloads `event`'s payload fields for `tenant` in place; returns the refs for
+    /// `ledger.payload_refs`, sorted by path.
+    pub async fn offload(&self, tenant: &Tenant, event: &mut Value) -> Result<Vec<PayloadRef>> {
+        let mut targets: Vec<Vec<String>> = Vec::new();
+        for pattern in &self.erasable {
+            let mut found = Vec::new();
+            expand(event, pattern, &mut Vec::new(), &mut found);
+            for path in found {
+                if !targets.iter().any(|t| path.starts_with(t)) {
+                    targets.retain(|t| !t.starts_with(&path));
+                    targets.push(path);
+                }
+            }
+        }
+        let mut refs = Vec::new();
+        for path in targets {
+            if let Some(slot) = pointer_mut(event, &path) {
+                refs.push(self.move_value(tenant, &path, slot).await?);
+            }
+        }
+        if let Some(data) = event.get_mut("data") {
+            let mut at = vec!["data".to_owned()];
+            self.by_size(tenant, data, &mut at, true, &mut refs).await?;
+        }
+        refs.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(refs)
+    }
+
+    /// The size rule, depth first. Boxed because async recursion needs it.
+    fn by_size<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        value: &'a mut Value,
+        at: &'a mut Vec<String>,
+        is_data: bool,
+        refs: &'a mut Vec<PayloadRef>,
+    ) -> futures::future::BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if is_marker(value) || is_payload_marker(value) || json_size(value) <= self.threshold {
+                return Ok(());
+            }
+            let keys: Vec<String> = match value {
+                Value::Object(map) => map.keys().cloned().collect(),
+                Value::Array(items) => (0..items.len()).map(|i| i.to_string()).collect(),
+                _ => Vec::new(),
+            };
+            for key in &keys {
+                if let Some(child) = child_mut(value, key)
+                    && json_size(child) > self.threshold
+                {
+                    at.push(key.clone());
+                    self.by_size(tenant, child, at, false, refs).await?;
+                    at.pop();
+                }
+            }
+            if !is_data {
+                if json_size(value) > self.threshold {
+                    refs.push(self.move_value(tenant, at, value).await?);
+                }
+                return Ok(());
+            }
+            while json_size(value) > self.threshold {
+                let largest = keys
+                    .iter()
+                    .filter_map(|k| {
+                        let child = child_ref(value, k)?;
+                        (!is_marker(child) && !is_payload_marker(child))
+                            .then(|| (json_size(child), k.clone()))
+                    })
+                    .filter(|(size, _)| *size >= MIN_DATA_CHILD)
+                    .max();
+                let Some((_, key)) = largest else {
+                    break;
+                };
+                at.push(key.clone());
+                if let Some(child) = child_mut(value, &key) {
+                    refs.push(self.move_value(tenant, at, child).await?);
+                }
+                at.pop();
+            }
+            Ok(())
+        })
+    }
+
+    /// Stores `slot`'s RFC 8785 bytes and replaces it by its reference.
+    async fn move_value(&self, tenant: &Tenant, path: &[String], slot: &mut Value) -> Result<PayloadRef> {
+        let bytes = toolledger_wire::jcs::to_vec(slot).map_err(|e| Error::BlobStore {
+            operation: "encode",
+            blob_id: String::new(),
+            reason: e.to_string(),
+        })?;
+        let stored = self.store.put_new(tenant, Bytes::from(bytes)).await?;
+        let payload = PayloadRef {
+            path: to_pointer(path),
+            blob_id: stored.blob_id,
+            commitment: stored.commitment,
+            size: stored.size,
+            content_type: "application/json".to_owned(),
+        };
+        *slot = payload_marker(&payload);
+        Ok(payload)
+    }
+}
+
+/// Serialized JSON size of `value`, without building the text.
+pub(crate) fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a Value to an infallible writer cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+fn child_ref<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
+    match value {
+        Value::Object(map) => map.get(key),
+        Value::Array(items) => key.parse::<usize>().ok().and_then(|i| items.get(i)),
+        _ => None,
+    }
+}
+
+fn child_mut<'a>(value: &'a mut Value, key: &str) -> Option<&'a mut Value> {
+    match value {
+        Value::Object(map) => map.get_mut(key),
+        Value::Array(items) => key.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
+        _ => None,
+    }
+}
+
+fn pointer_mut<'a>(value: &'a mut Value, tokens: &[String]) -> Option<&'a mut Value> {
+    tokens.iter().try_fold(value, |v, t| child_mut(v, t))
+}
+
+/// Existing locations matching `pattern` (`*` = any key or index), skipping markers and references.
+fn expand(value: &Value, pattern: &[String], at: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    if is_marker(value) || is_payload_marker(value) {
+        return;
+    }
+    let Some((head, rest)) = pattern.split_first() else {
+        out.push(at.clone());
+        return;
+    };
+    let keys: Vec<String> = match (value, head.as_str()) {
+        (Value::Object(map), "*") => map.keys().cloned().collect(),
+        (Value::Array(items), "*") => (0..items.len()).map(|i| i.to_string()).collect(),
+        _ => vec![head.clone()],
+    };
+    for key in keys {
+        if let Some(child) = child_ref(value, &key) {
+            at.push(key);
+            expand(child, rest, at, out);
+            at.pop();
+        }
+    }
+}

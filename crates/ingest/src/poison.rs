@@ -1,0 +1,275 @@
+//! Messages the client cannot read: caught after `max_deliver` and quarantined from raw bytes.
+//!
+//! A header with invalid UTF-8 makes async-nats drop its connection; one with a bare CR panics its
+//! connection task. Either way the delivery never reaches ingest and JetStream redelivers it until
+//! the consumer's `max_deliver`, then publishes a max-deliveries advisory. Those advisories are
+//! captured by the work-queue stream `ATL_INBOUND_ADVISORIES`, so none is missed while ingest is
+//! down. For each one ingest fetches the message with `$JS.API.STREAM.MSG.GET` — a JSON reply with
+//! base64 headers and data, which no header parser touches — and then:
+//!
+//! ```text
+//! headers parse cleanly ─▶ an ordinary message that ran out of deliveries (ingest crashed on it):
+//!                          classified and appended or quarantined like any other
+//! headers do not parse  ─▶ quarantined as `poison_message`, raw header block kept in base64
+//! then                  ─▶ deleted from ATL_INBOUND, advisory acked
+//! ```
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::header::{HeaderName, HeaderValue};
+use async_nats::jetstream::{self, consumer::pull, stream};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::Deserialize;
+use toolledger_wire::streams::INBOUND;
+
+use crate::quarantine::Original;
+use crate::{Error, Result};
+
+/// The stream that keeps ATL_INBOUND's max-deliveries advisories until ingest handles them.
+pub const ADVISORIES: &str = "ATL_INBOUND_ADVISORIES";
+
+/// The advisory subject for `consumer` on ATL_INBOUND.
+pub fn advisory_subject(consumer: &str) -> String {
+    format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{INBOUND}.{consumer}")
+}
+
+fn stream_error(stream: &str, e: &dyn std::fmt::Display) -> Error {
+    Error::Stream {
+        stream: stream.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+/// Creates the advisory stream if it is missing and returns a consumer on it.
+pub async fn advisory_consumer(
+    js: &jetstream::Context,
+    consumer: &str,
+) -> Result<jetstream::consumer::PullConsumer> {
+    let stream = js
+        .get_or_create_stream(stream::Config {
+            name: ADVISORIES.to_owned(),
+            subjects: vec![advisory_subject(consumer)],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| stream_error(ADVISORIES, &e))?;
+    stream
+        .get_or_create_consumer(
+            "ingest",
+            pull::Config {
+                durable_name: Some("ingest".to_owned()),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| stream_error(ADVISORIES, &e))
+}
+
+#[derive(Debug, Deserialize)]
+struct Advisory {
+    stream_seq: u64,
+}
+
+/// Takes up to `max` pending advisories and fetches their messages raw (headers parsed only when
+/// they parse cleanly, else kept in `raw_headers`); returns them with the advisory messages to ack
+/// once each is handled. An advisory whose message is already gone is acked at once.
+pub async fn take(
+    js: &jetstream::Context,
+    consumer: &jetstream::consumer::PullConsumer,
+    max: usize,
+) -> Result<Vec<(Original, jetstream::Message)>> {
+    let mut advisories = consumer
+        .fetch()
+        .max_messages(max)
+        .expires(Duration::from_millis(50))
+        .messages()
+        .await
+        .map_err(|e| stream_error(ADVISORIES, &e))?;
+    let mut out = Vec::new();
+    while let Some(advisory) = advisories.next().await {
+        let advisory = advisory.map_err(|e| stream_error(ADVISORIES, &e))?;
+        let Ok(parsed) = serde_json::from_slice::<Advisory>(&advisory.payload) else {
+            tracing::warn!("unreadable max-deliveries advisory dropped");
+            let _ = advisory.ack().await;
+            continue;
+        };
+        match raw_get(js, parsed.stream_seq).await? {
+            Some(exhausted) => out.push((exhausted, advisory)),
+            None => {
+                let _ = advisory.ack().await;
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Deserialize)]
+struct RawReply {
+    message: Option<RawMessage>,
+    error: Option<ApiError>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ApiError {
+    code: u16,
+    description: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawMessage {
+    subject: String,
+    seq: u64,
+    hdrs: Option<String>,
+    data: Option<String>,
+    time: DateTime<Utc>,
+}
+
+/// A stored message exactly as the stream holds it.
+#[derive(Debug, Clone)]
+pub struct RawStored {
+    /// Its subject.
+    pub subject: String,
+    /// Its stream sequence.
+    pub seq: u64,
+    /// The raw `NATS/1.0` header block, empty when it had none.
+    pub headers: Bytes,
+    /// Its payload.
+    pub payload: Bytes,
+    /// When the stream stored it.
+    pub time: DateTime<Utc>,
+}
+
+/// `$JS.API.STREAM.MSG.GET`: message `seq` of `stream` as base64 JSON, never parsed as NATS
+/// headers, so any stored bytes can be read. `None` when there is no such message.
+pub async fn get_raw(js: &jetstream::Context, stream: &str, seq: u64) -> Result<Option<RawStored>> {
+    let reply: RawReply = js
+        .request(
+            format!("STREAM.MSG.GET.{stream}"),
+            &serde_json::json!({ "seq": seq }),
+        )
+        .await
+        .map_err(|e| stream_error(stream, &e))?;
+    if let Some(error) = reply.error {
+        if error.code == 404 {
+            return Ok(None);
+        }
+        return Err(stream_error(stream, &error.description.unwrap_or_default()));
+    }
+    let Some(message) = reply.message else {
+        return Ok(None);
+    };
+    let decode = |field: Option<String>| -> Result<Bytes> {
+        let bytes = BASE64
+            .decode(field.unwrap_or_default())
+            .map_err(|e| stream_error(stream, &e))?;
+        Ok(Bytes::from(bytes))
+    };
+    Ok(Some(RawStored {
+        subject: message.subject,
+        seq: message.seq,
+        headers: decode(message.hdrs)?,
+        payload: decode(message.data)?,
+        time: message.time,
+    }))
+}
+
+/// An exhausted inbound message, its headers parsed only when they parse cleanly.
+async fn raw_get(js: &jetstream::Context, seq: u64) -> Result<Option<Original>> {
+    let Some(stored) = get_raw(js, INBOUND, seq).await? else {
+        return Ok(None);
+    };
+    let raw = stored.headers;
+    let (headers, raw_headers) = if raw.is_empty() {
+        (None, None)
+    } else {
+        match parse_headers(&raw) {
+            Some(headers) => (Some(headers), None),
+            None => (None, Some(raw)),
+        }
+    };
+    Ok(Some(Original {
+        subject: stored.subject,
+        headers,
+        raw_headers,
+        payload: stored.payload,
+        inbound_seq: stored.seq,
+        published: stored.time,
+    }))
+}
+
+/// Parses a `NATS/1.0` header block strictly: UTF-8, CRLF line ends only, no control characters in
+/// values, valid names. `None` for anything the client's parser would choke on.
+pub fn parse_headers(raw: &[u8]) -> Option<HeaderMap> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let mut lines = text.split("\r\n");
+    if !lines.next()?.starts_with("NATS/1.0") {
+        return None;
+    }
+    let mut headers = HeaderMap::new();
+    for line in lines {
+        if line.is_empty() {
+            continue;
+        }
+        if line.contains(['\r', '\n']) {
+            return None;
+        }
+        let (name, value) = line.split_once(':')?;
+        let name: HeaderName = name.parse().ok()?;
+        let value: HeaderValue = value.trim().parse().ok()?;
+        headers.append(name, value);
+    }
+    Some(headers)
+}
+
+/// Deletes a handled message from ATL_INBOUND.
+pub async fn delete(js: &jetstream::Context, seq: u64) -> Result<()> {
+    #[derive(Deserialize)]
+    struct Reply {
+        error: Option<ApiError>,
+    }
+    let reply: Reply = js
+        .request(
+            format!("STREAM.MSG.DELETE.{INBOUND}"),
+            &serde_json::json!({ "seq": seq, "no_erase": true }),
+        )
+        .await
+        .map_err(|e| stream_error(INBOUND, &e))?;
+    match reply.error {
+        Some(error) if error.code != 404 => {
+            Err(stream_error(INBOUND, &error.description.unwrap_or_default()))
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_headers_parse_and_poison_does_not() {
+        let clean = parse_headers(b"NATS/1.0\r\nce-id: 1\r\nce-type: tool.declared\r\n\r\n").unwrap();
+        assert_eq!(clean.get("ce-id").map(|v| v.as_str()), Some("1"));
+        assert!(
+            parse_headers(b"NATS/1.0\r\nce-id: \xff\r\n\r\n").is_none(),
+            "invalid utf-8"
+        );
+        assert!(
+            parse_headers(b"NATS/1.0\r\nce-id: a\rb\r\n\r\n").is_none(),
+            "bare CR"
+        );
+        assert!(
+            parse_headers(b"NATS/1.0\r\nce-id: a\nb\r\n\r\n").is_none(),
+            "bare LF"
+        );
+        assert!(parse_headers(b"HTTP/1.1\r\n\r\n").is_none());
+    }
+}

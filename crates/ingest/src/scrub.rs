@@ -1,0 +1,715 @@
+//! Secret scrubbing (DESIGN §5): secrets never reach the ledger.
+//!
+//! ```text
+//! event JSON ─▶ Scrubber::scrub ─▶ event JSON with {"$scrubbed": "hmac-sha256:<hex>"} markers
+//!                 │  └─▶ sorted JSON Pointers of the replaced values  (ledger.scrubbed_paths)
+//!                 └─ tool.declared ─▶ SensitivityRegistry (tenant, tool_id) → sensitive fields
+//! ```
+//!
+//! A scrubbed value is replaced by `{"$scrubbed": "hmac-sha256:<hex>"}`, the HMAC-SHA256 of the value's
+//! RFC 8785 bytes under a key kept outside the ledger ([`ScrubKey`], a file under the data directory,
+//! created once with mode 0600 and never overwritten). Equal secrets give equal markers, so an auditor
+//! can tell that two calls used the same credential without learning it; without the key a marker
+//! reveals nothing (the key is random, 256 bits).
+//!
+//! What is secret, all under the event's `data` unless a configured path says otherwise:
+//! - **OTC context**: in any object that has a `context` object (an Open Tool Calling tool request
+//!   anywhere in `data`, e.g. a `call_input`), the values of `context.authorization` and
+//!   `context.secrets`, each replaced whole.
+//! - **Bearer tokens**: any string that is `Bearer <token>` (case-insensitive, token at least 8
+//!   characters), wherever it sits.
+//! - **Credential headers**: in any headers-like object (the value of a key named `headers` or ending in
+//!   `_headers`/`-headers`, case-insensitive), the values of credential-shaped names
+//!   ([`is_credential_header`]: `authorization`, `proxy-authorization`, `cookie`, `x-api-key`, names with
+//!   `token`, `secret`, `password`, …), also when the headers are a list of `{name, value}` pairs.
+//! - **Configured paths**: JSON Pointers into the whole event from the deployment config
+//!   ([`ScrubConfig::paths`]); a `*` segment matches any key or index.
+//! - **Declared sensitive fields**: the `input_contract.sensitive_fields` of the tool's latest
+//!   `tool.declared` event, applied to the invocation inputs (`model_input`, `observable_input`,
+//!   `permission_input`, `call_input`, `updated_input`, and the same keys inside `input_mutations` and
+//!   `suggested_updates` items) of events of that tenant whose tool id is known (the `toolid` extension,
+//!   `data.tool_id`, or the tool of an invocation id seen earlier). A plain name matches a property of
+//!   that name at any depth of the input; a JSON Pointer (`/headers/authorization`) is taken from the
+//!   input's root.
+//!
+//! **Ordering caveat.** Declared sensitivity is only as good as what the scrubber has seen: an
+//! invocation that arrives before its tool's declaration (or after a restart, before the registry is
+//! rebuilt from the ledger with [`Scrubber::observe`]) is not scrubbed by declaration sensitivity. The
+//! other rules do not depend on order. Deployments that cannot guarantee declarations first should list
+//! such fields as configured paths too.
+//!
+//! Marker objects are opaque: a value that already is a marker is left as it is and listed, wherever it
+//! is, so scrubbing is idempotent (same event, same paths).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use hmac::{Hmac, Mac};
+use serde_json::{Map, Value};
+use sha2::Sha256;
+
+use crate::{Error, Result};
+
+/// The key of a scrubbed marker object.
+pub const SCRUBBED_KEY: &str = "$scrubbed";
+
+/// The prefix of a marker's value.
+pub const MARKER_PREFIX: &str = "hmac-sha256:";
+
+/// The key file's name under the data directory.
+pub const KEY_FILE_NAME: &str = "scrub-hmac.key";
+
+/// The invocation inputs declared sensitivity applies to.
+const INPUT_KEYS: &[&str] = &[
+    "model_input",
+    "observable_input",
+    "permission_input",
+    "call_input",
+    "updated_input",
+];
+
+/// How many invocation → tool mappings the scrubber remembers (for events that name only the invocation).
+/// Bounded so a long-running ingest does not grow without limit; an evicted invocation falls back to the
+/// event's own tool id.
+const REMEMBERED_INVOCATIONS: usize = 100_000;
+
+/// The HMAC key scrubbing uses; never stored in the ledger.
+#[derive(Clone)]
+pub struct ScrubKey([u8; 32]);
+
+impl std::fmt::Debug for ScrubKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScrubKey(..)")
+    }
+}
+
+impl ScrubKey {
+    /// A key from raw bytes (tests, or a key management system).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// A fresh random key.
+    pub fn generate() -> Result<Self> {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| Error::ScrubKey {
+            path: PathBuf::new(),
+            reason: format!("random: {e}"),
+        })?;
+        Ok(Self(bytes))
+    }
+
+    /// Loads the key from `path` (64 hex digits), or creates it there (mode 0600, create-only) when
+    /// the file does not exist. An existing file is never overwritten: a changed key would make equal
+    /// secrets give different markers across restarts.
+    pub fn load_or_create(path: &Path) -> Result<Self> {
+        let err = |reason: String| Error::ScrubKey {
+            path: path.to_owned(),
+            reason,
+        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => return Self::parse(text.trim()).map_err(err),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(err(e.to_string())),
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| err(e.to_string()))?;
+        }
+        let key = Self::generate()?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        match options.open(path) {
+            Ok(mut file) => {
+                let text = format!("{}\n", toolledger_wire::entry::hex(&key.0));
+                file.write_all(text.as_bytes())
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| err(e.to_string()))?;
+                Ok(key)
+            }
+            // Another process created it first: use theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+                Self::parse(text.trim()).map_err(err)
+            }
+            Err(e) => Err(err(e.to_string())),
+        }
+    }
+
+    fn parse(text: &str) -> std::result::Result<Self, String> {
+        if text.len() != 64 || !text.is_ascii() {
+            return Err(format!("expected 64 hex digits, found {} characters", text.len()));
+        }
+        let mut bytes = [0u8; 32];
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| "not hex".to_owned())?;
+        }
+        Ok(Self(bytes))
+    }
+}
+
+/// Deployment configuration of the scrubber.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScrubConfig {
+    /// JSON Pointers into the whole event (`/data/call_input/password`) whose values are always
+    /// scrubbed; a `*` segment matches any key or index.
+    #[serde(default)]
+    pub paths: Vec<String>,
+}
+
+/// Sensitive fields of one tool declaration: property names and JSON Pointers into an input.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SensitiveFields {
+    /// Property names, matched at any depth of an input.
+    pub names: BTreeSet<String>,
+    /// JSON Pointers from an input's root, as reference-token lists.
+    pub pointers: BTreeSet<Vec<String>>,
+}
+
+impl SensitiveFields {
+    /// Reads `input_contract.sensitive_fields` of a declaration; entries that are not strings are
+    /// ignored (the official schema does not constrain the field).
+    pub fn from_declaration(declaration: &Value) -> Self {
+        let mut fields = Self::default();
+        let Some(list) = declaration
+            .pointer("/input_contract/sensitive_fields")
+            .and_then(Value::as_array)
+        else {
+            return fields;
+        };
+        for entry in list.iter().filter_map(Value::as_str) {
+            if entry.starts_with('/') {
+                fields.pointers.insert(pointer_tokens(entry));
+            } else if !entry.is_empty() {
+                fields.names.insert(entry.to_owned());
+            }
+        }
+        fields
+    }
+
+    /// True when nothing is listed.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty() && self.pointers.is_empty()
+    }
+}
+
+/// What each tool's latest declaration lists as sensitive, per tenant.
+#[derive(Debug, Clone, Default)]
+pub struct SensitivityRegistry {
+    tools: HashMap<(String, String), SensitiveFields>,
+    invocations: HashMap<(String, String), String>,
+    invocation_order: VecDeque<(String, String)>,
+}
+
+impl SensitivityRegistry {
+    /// Records a `tool.declared` event's sensitive fields (a later declaration replaces an earlier one),
+    /// and remembers which tool an invocation id belongs to. Other events are ignored. Returns true
+    /// when the event was a declaration.
+    pub fn observe(&mut self, event: &Value) -> bool {
+        let Some(tenant) = event.get("tenant").and_then(Value::as_str) else {
+            return false;
+        };
+        let data = event.get("data").unwrap_or(&Value::Null);
+        if event.get("type").and_then(Value::as_str) == Some("tool.declared") {
+            let Some(tool_id) = data
+                .get("tool_id")
+                .or_else(|| event.get("toolid"))
+                .and_then(Value::as_str)
+            else {
+                return false;
+            };
+            let fields = SensitiveFields::from_declaration(data);
+            self.tools.insert((tenant.to_owned(), tool_id.to_owned()), fields);
+            return true;
+        }
+        let invocation = event
+            .get("invocationid")
+            .or_else(|| data.get("invocation_id"))
+            .and_then(Value::as_str);
+        let tool = event
+            .get("toolid")
+            .or_else(|| data.get("tool_id"))
+            .and_then(Value::as_str);
+        if let (Some(invocation), Some(tool)) = (invocation, tool) {
+            let key = (tenant.to_owned(), invocation.to_owned());
+            if self.invocations.insert(key.clone(), tool.to_owned()).is_none() {
+                self.invocation_order.push_back(key);
+                while self.invocation_order.len() > REMEMBERED_INVOCATIONS {
+                    if let Some(old) = self.invocation_order.pop_front() {
+                        self.invocations.remove(&old);
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// The sensitive fields of `tool_id` in `tenant`, if it was declared.
+    pub fn fields(&self, tenant: &str, tool_id: &str) -> Option<&SensitiveFields> {
+        self.tools.get(&(tenant.to_owned(), tool_id.to_owned()))
+    }
+
+    /// The sensitive fields that apply to `event`, found through its tool id.
+    fn for_event(&self, event: &Value) -> Option<&SensitiveFields> {
+        let tenant = event.get("tenant").and_then(Value::as_str)?;
+        let data = event.get("data").unwrap_or(&Value::Null);
+        let tool = event
+            .get("toolid")
+            .or_else(|| data.get("tool_id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| {
+                let invocation = event
+                    .get("invocationid")
+                    .or_else(|| data.get("invocation_id"))
+                    .and_then(Value::as_str)?;
+                self.invocations
+                    .get(&(tenant.to_owned(), invocation.to_owned()))
+                    .cloned()
+            })?;
+        self.fields(tenant, &tool).filter(|f| !f.is_empty())
+    }
+}
+
+/// Replaces secrets in events by HMAC markers.
+#[derive(Debug, Clone)]
+pub struct Scrubber {
+    key: ScrubKey,
+    paths: Vec<Vec<String>>,
+    registry: SensitivityRegistry,
+}
+
+impl Scrubber {
+    /// A scrubber with `key` and the deployment's configured paths.
+    pub fn new(key: ScrubKey, config: &ScrubConfig) -> Self {
+        Self {
+            key,
+            paths: config.paths.iter().map(|p| pointer_tokens(p)).collect(),
+            registry: SensitivityRegistry::default(),
+        }
+    }
+
+    /// A scrubber whose key is `<data_dir>/scrub-hmac.key` (created on first use).
+    pub fn open(data_dir: &Path, config: &ScrubConfig) -> Result<Self> {
+        Ok(Self::new(
+            ScrubKey::load_or_create(&data_dir.join(KEY_FILE_NAME))?,
+            config,
+        ))
+    }
+
+    /// The registry of declared sensitive fields.
+    pub fn registry(&self) -> &SensitivityRegistry {
+        &self.registry
+    }
+
+    /// Feeds an already-ingested event (a ledger entry's `event`) to the registry without scrubbing:
+    /// how ingest rebuilds declared sensitivity from the ledger at startup.
+    pub fn observe(&mut self, event: &Value) {
+        self.registry.observe(event);
+    }
+
+    /// Scrubs an accepted event in place (after validation) and learns from it: a `tool.declared`
+    /// updates the registry first. Returns the scrubbed JSON Pointers, sorted and unique, for
+    /// `ledger.scrubbed_paths`.
+    pub fn scrub(&mut self, event: &mut Value) -> Vec<String> {
+        self.registry.observe(event);
+        self.scrub_only(event)
+    }
+
+    /// Scrubs without learning: for quarantined originals, which must not change the registry.
+    pub fn scrub_only(&self, event: &mut Value) -> Vec<String> {
+        let mut targets: BTreeSet<Vec<String>> = BTreeSet::new();
+        if let Value::Object(_) = event {
+            // Values scrubbed before (a re-scrub, or a stored entry) stay listed: scrubbing is idempotent.
+            find_markers(event, &mut Vec::new(), &mut targets);
+            // Configured paths address the whole event.
+            for pattern in &self.paths {
+                expand_pattern(event, pattern, &mut Vec::new(), &mut targets);
+            }
+            if let Some(data) = event.get("data") {
+                let mut at = vec!["data".to_owned()];
+                find_generic(data, &mut at, &mut targets);
+                if let Some(fields) = self.registry.for_event(event) {
+                    find_declared(data, fields, &mut at, &mut targets);
+                }
+            }
+        }
+        // Replace outermost first; a target under an already replaced one is covered by it.
+        let mut done: Vec<Vec<String>> = Vec::new();
+        for target in targets {
+            if done.iter().any(|d| target.starts_with(d)) {
+                continue;
+            }
+            if let Some(slot) = pointer_mut(event, &target) {
+                if !is_marker(slot) {
+                    *slot = self.marker(slot);
+                }
+                done.push(target);
+            }
+        }
+        done.iter().map(|t| to_pointer(t)).collect()
+    }
+
+    /// The marker that replaces `value`: `{"$scrubbed": "hmac-sha256:<hex>"}`.
+    pub fn marker(&self, value: &Value) -> Value {
+        let bytes = toolledger_wire::jcs::to_vec(value)
+            .unwrap_or_else(|_| serde_json::to_vec(value).unwrap_or_default());
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(&bytes);
+        let digest = mac.finalize().into_bytes();
+        let mut marker = Map::new();
+        marker.insert(
+            SCRUBBED_KEY.to_owned(),
+            Value::String(format!("{MARKER_PREFIX}{}", toolledger_wire::entry::hex(&digest))),
+        );
+        Value::Object(marker)
+    }
+}
+
+/// True for `{"$scrubbed": "hmac-sha256:…"}`.
+pub fn is_marker(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => {
+            map.len() == 1
+                && map
+                    .get(SCRUBBED_KEY)
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| s.starts_with(MARKER_PREFIX))
+        }
+        _ => false,
+    }
+}
+
+/// True for header names that carry credentials (case-insensitive).
+pub fn is_credential_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase().replace('_', "-");
+    const EXACT: &[&str] = &[
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+        "x-api-key",
+        "api-key",
+        "apikey",
+        "x-amz-security-token",
+        "x-goog-api-key",
+    ];
+    const PARTS: &[&str] = &[
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "api-key",
+        "apikey",
+        "credential",
+        "auth",
+        "session",
+        "signature",
+    ];
+    EXACT.contains(&name.as_str()) || PARTS.iter().any(|p| name.contains(p))
+}
+
+/// True for `Bearer <token>` strings.
+fn is_bearer(text: &str) -> bool {
+    let text = text.trim_start();
+    let Some(prefix) = text.get(..7) else {
+        return false;
+    };
+    if !prefix.eq_ignore_ascii_case("bearer ") {
+        return false;
+    }
+    let token = text[7..].trim();
+    token.len() >= 8 && !token.contains(char::is_whitespace)
+}
+
+fn is_headers_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key == "headers" || key.ends_with("_headers") || key.ends_with("-headers")
+}
+
+/// OTC context, bearer tokens and credential headers, anywhere under `value`.
+fn find_generic(value: &Value, at: &mut Vec<String>, out: &mut BTreeSet<Vec<String>>) {
+    if is_marker(value) {
+        return;
+    }
+    match value {
+        Value::String(s) if is_bearer(s) => {
+            out.insert(at.clone());
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                at.push(i.to_string());
+                find_generic(item, at, out);
+                at.pop();
+            }
+        }
+        Value::Object(map) => {
+            if let Some(Value::Object(context)) = map.get("context") {
+                for key in ["authorization", "secrets"] {
+                    if context.contains_key(key) {
+                        let mut path = at.clone();
+                        path.push("context".to_owned());
+                        path.push(key.to_owned());
+                        out.insert(path);
+                    }
+                }
+            }
+            for (key, child) in map {
+                at.push(key.clone());
+                if is_headers_key(key) {
+                    find_credential_headers(child, at, out);
+                }
+                find_generic(child, at, out);
+                at.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every marker already in `value`.
+fn find_markers(value: &Value, at: &mut Vec<String>, out: &mut BTreeSet<Vec<String>>) {
+    if is_marker(value) {
+        out.insert(at.clone());
+        return;
+    }
+    let children: Box<dyn Iterator<Item = (String, &Value)>> = match value {
+        Value::Object(map) => Box::new(map.iter().map(|(k, v)| (k.clone(), v))),
+        Value::Array(items) => Box::new(items.iter().enumerate().map(|(i, v)| (i.to_string(), v))),
+        _ => return,
+    };
+    for (key, child) in children {
+        at.push(key);
+        find_markers(child, at, out);
+        at.pop();
+    }
+}
+
+/// Credential-shaped entries of a headers-like value: an object, or a list of `{name, value}` pairs.
+fn find_credential_headers(headers: &Value, at: &mut [String], out: &mut BTreeSet<Vec<String>>) {
+    let mut add = |tail: &[&str]| {
+        let mut path = at.to_vec();
+        path.extend(tail.iter().map(|s| (*s).to_owned()));
+        out.insert(path);
+    };
+    match headers {
+        Value::Object(map) => {
+            for key in map.keys().filter(|k| is_credential_header(k)) {
+                add(&[key.as_str()]);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let name = item
+                    .get("name")
+                    .or_else(|| item.get("key"))
+                    .and_then(Value::as_str);
+                if name.is_some_and(is_credential_header) && item.get("value").is_some() {
+                    add(&[i.to_string().as_str(), "value"]);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Declared sensitive fields, inside every invocation input of `data`.
+fn find_declared(
+    data: &Value,
+    fields: &SensitiveFields,
+    at: &mut Vec<String>,
+    out: &mut BTreeSet<Vec<String>>,
+) {
+    let Value::Object(map) = data else {
+        return;
+    };
+    for key in INPUT_KEYS.iter().chain(&["input"]) {
+        if let Some(input) = map.get(*key) {
+            at.push((*key).to_owned());
+            find_in_input(input, fields, at, out);
+            at.pop();
+        }
+    }
+    for list in ["input_mutations", "suggested_updates"] {
+        let Some(Value::Array(items)) = map.get(list) else {
+            continue;
+        };
+        for (i, item) in items.iter().enumerate() {
+            let Value::Object(item) = item else {
+                continue;
+            };
+            for (key, input) in item {
+                if INPUT_KEYS.contains(&key.as_str()) || key == "input" || key.ends_with("_input") {
+                    at.extend([list.to_owned(), i.to_string(), key.clone()]);
+                    find_in_input(input, fields, at, out);
+                    at.truncate(at.len() - 3);
+                }
+            }
+        }
+    }
+}
+
+fn find_in_input(
+    input: &Value,
+    fields: &SensitiveFields,
+    at: &mut Vec<String>,
+    out: &mut BTreeSet<Vec<String>>,
+) {
+    for pointer in &fields.pointers {
+        expand_pattern_from(input, pointer, at, out);
+    }
+    find_names(input, &fields.names, at, out);
+}
+
+fn find_names(
+    value: &Value,
+    names: &BTreeSet<String>,
+    at: &mut Vec<String>,
+    out: &mut BTreeSet<Vec<String>>,
+) {
+    if names.is_empty() || is_marker(value) {
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                at.push(key.clone());
+                if names.contains(key) {
+                    out.insert(at.clone());
+                } else {
+                    find_names(child, names, at, out);
+                }
+                at.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                at.push(i.to_string());
+                find_names(item, names, at, out);
+                at.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every existing location under the event root matching `pattern` (`*` = any key or index).
+fn expand_pattern(root: &Value, pattern: &[String], at: &mut Vec<String>, out: &mut BTreeSet<Vec<String>>) {
+    expand_pattern_from(root, pattern, at, out);
+}
+
+fn expand_pattern_from(
+    value: &Value,
+    pattern: &[String],
+    at: &mut Vec<String>,
+    out: &mut BTreeSet<Vec<String>>,
+) {
+    let Some((head, rest)) = pattern.split_first() else {
+        out.insert(at.clone());
+        return;
+    };
+    if is_marker(value) {
+        return;
+    }
+    let mut step = |key: String, child: &Value, at: &mut Vec<String>| {
+        at.push(key);
+        expand_pattern_from(child, rest, at, out);
+        at.pop();
+    };
+    match value {
+        Value::Object(map) => {
+            if head == "*" {
+                for (k, child) in map {
+                    step(k.clone(), child, at);
+                }
+            } else if let Some(child) = map.get(head) {
+                step(head.clone(), child, at);
+            }
+        }
+        Value::Array(items) => {
+            if head == "*" {
+                for (i, child) in items.iter().enumerate() {
+                    step(i.to_string(), child, at);
+                }
+            } else if let Some(child) = array_index(head).and_then(|i| items.get(i)) {
+                step(head.clone(), child, at);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn array_index(token: &str) -> Option<usize> {
+    if token.is_empty() || (token.len() > 1 && token.starts_with('0')) {
+        return None;
+    }
+    token.parse().ok()
+}
+
+fn pointer_mut<'a>(value: &'a mut Value, tokens: &[String]) -> Option<&'a mut Value> {
+    tokens.iter().try_fold(value, |v, token| match v {
+        Value::Object(map) => map.get_mut(token),
+        Value::Array(items) => array_index(token).and_then(move |i| items.get_mut(i)),
+        _ => None,
+    })
+}
+
+/// The reference tokens of a JSON Pointer (RFC 6901), unescaped.
+pub(crate) fn pointer_tokens(pointer: &str) -> Vec<String> {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect()
+}
+
+/// A JSON Pointer from reference tokens.
+pub(crate) fn to_pointer(tokens: &[String]) -> String {
+    tokens
+        .iter()
+        .map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointers_round_trip_escapes() {
+        let tokens = pointer_tokens("/a~1b/c~0d/0");
+        assert_eq!(tokens, vec!["a/b", "c~d", "0"]);
+        assert_eq!(to_pointer(&tokens), "/a~1b/c~0d/0");
+    }
+
+    #[test]
+    fn bearer_needs_a_token() {
+        assert!(is_bearer("Bearer abcdefgh123"));
+        assert!(is_bearer("  bearer abcdefgh123"));
+        assert!(!is_bearer("Bearer tokens are short-lived credentials"));
+        assert!(!is_bearer("Bearer x"));
+    }
+
+    #[test]
+    fn key_file_is_created_once_with_mode_0600() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k").join(KEY_FILE_NAME);
+        let a = ScrubKey::load_or_create(&path).unwrap();
+        let b = ScrubKey::load_or_create(&path).unwrap();
+        assert_eq!(a.0, b.0);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        std::fs::write(&path, "garbage").unwrap();
+        assert!(
+            ScrubKey::load_or_create(&path).is_err(),
+            "a bad key file is an error, not replaced"
+        );
+    }
+}

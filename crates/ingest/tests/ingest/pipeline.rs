@@ -1,0 +1,603 @@
+//! The ingest service end to end against a real nats-server: generated events in, ledger out.
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use toolledger_ingest::append::{last_sequence, read_range};
+use toolledger_ingest::metrics::IngestMetrics;
+use toolledger_ingest::service::{self, Connector, IngestSettings};
+use toolledger_schemas::generator::{GeneratorConfig, generate};
+use toolledger_testkit::NatsFixture;
+use toolledger_wire::streams::{INBOUND, LEDGER, QUARANTINE};
+use toolledger_wire::{LedgerEntry, Mode, produce};
+
+/// The streams and bucket ingest needs, as `toolledger init` makes them.
+pub async fn contract_streams(js: &jetstream::Context) {
+    toolledger_wire::streams::ensure_contract(js, &Default::default())
+        .await
+        .unwrap();
+}
+
+/// The checkpoint signing key `toolledger init` would make, in `data_dir`.
+pub fn signing_key(data_dir: &std::path::Path) {
+    let key = data_dir.join("keys/checkpoint.key");
+    if !key.exists() {
+        std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+        toolledger_merkle::NoteSigner::generate("toolledger/ATL_LEDGER")
+            .unwrap()
+            .save(&key)
+            .unwrap();
+    }
+}
+
+/// A running in-process ingest; stops (finishing its batch) when dropped or stopped.
+pub struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<toolledger_ingest::Result<()>>>,
+    pub metrics: IngestMetrics,
+}
+
+impl Running {
+    pub fn start(nats: &NatsFixture, data_dir: &std::path::Path) -> Self {
+        Self::start_with(nats, data_dir, |_| {})
+    }
+
+    pub fn start_with(
+        nats: &NatsFixture,
+        data_dir: &std::path::Path,
+        adjust: impl FnOnce(&mut IngestSettings),
+    ) -> Self {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = IngestMetrics::register(&mut registry);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        signing_key(data_dir);
+        let mut settings = IngestSettings::new(data_dir);
+        settings.fetch_wait = Duration::from_millis(100);
+        settings.lease_ttl = Duration::from_secs(3);
+        adjust(&mut settings);
+        let connector = Connector {
+            url: nats.url(),
+            name: "ingest-test".to_owned(),
+        };
+        let task = tokio::spawn(service::run(
+            connector,
+            settings,
+            metrics.clone(),
+            toolledger_core::telemetry::Health::default(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Self {
+            stop: Some(stop),
+            task: Some(task),
+            metrics,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(30), self.task.take().unwrap())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+pub async fn publish(js: &jetstream::Context, events: &[Value], mode: Mode, keep_msg_id: bool) {
+    let mut outgoing = Vec::new();
+    for (i, event) in events.iter().enumerate() {
+        let mut message = produce::prepare(event.clone(), None, mode).unwrap();
+        if !keep_msg_id {
+            message = message.without_msg_id();
+        }
+        outgoing.push((format!("event {i}"), message));
+    }
+    let report = produce::publish_all(js, outgoing).await;
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+}
+
+/// Waits until ingest has taken and acked everything in ATL_INBOUND.
+pub async fn drained(js: &jetstream::Context) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut inbound = js.get_stream(INBOUND).await.unwrap();
+        let messages = inbound.info().await.unwrap().state.messages;
+        if messages == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ATL_INBOUND still holds {messages} messages"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn ledger(js: &jetstream::Context) -> Vec<LedgerEntry> {
+    let tail = last_sequence(js, LEDGER).await.unwrap();
+    read_range(js, LEDGER, 1, tail)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, bytes)| LedgerEntry::from_bytes(&bytes).unwrap())
+        .collect()
+}
+
+pub fn id_of(entry: &LedgerEntry) -> String {
+    toolledger_wire::cloudevents::AttributesReader::id(&entry.event).to_owned()
+}
+
+pub fn class_of(entry: &LedgerEntry) -> String {
+    toolledger_wire::cloudevents::AttributesReader::ty(&entry.event).to_owned()
+}
+
+fn receipt_data(entry: &LedgerEntry) -> Value {
+    entry.event_json().unwrap()["data"].clone()
+}
+
+async fn quarantined(js: &jetstream::Context) -> Vec<(String, String)> {
+    let stream = js.get_stream(QUARANTINE).await.unwrap();
+    let count = stream.get_info().await.unwrap().state.messages as usize;
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap().take(count);
+    let mut out = Vec::new();
+    while let Some(message) = messages.next().await {
+        let message = message.unwrap();
+        let reason = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Atl-Quarantine-Reason"))
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        out.push((message.subject.to_string(), reason));
+    }
+    out
+}
+
+#[tokio::test]
+async fn generated_events_land_once_in_order_and_repeats_add_nothing() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start(&nats, dir.path());
+
+    let events = generate(&GeneratorConfig {
+        seed: 11,
+        sessions: 3,
+        tenants: vec!["acme".into(), "globex".into()],
+        ..Default::default()
+    })
+    .events;
+    publish(&js, &events, Mode::Binary, true).await;
+    drained(&js).await;
+    let stored = ledger(&js).await;
+    let ids: Vec<String> = stored.iter().map(id_of).collect();
+    let expected: Vec<String> = events
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, expected, "every event once, in publish order");
+    for entry in &stored {
+        assert!(
+            entry
+                .ledger
+                .content_digest
+                .as_deref()
+                .is_some_and(|d| d.starts_with("sha256:"))
+        );
+    }
+
+    // The same events again, without the producer's msg id so JetStream's window cannot catch them:
+    // ingest's identity index does, for all time, and in structured mode too.
+    publish(&js, &events, Mode::Structured, false).await;
+    drained(&js).await;
+    assert_eq!(ledger(&js).await.len(), events.len(), "repeats appended nothing");
+    assert_eq!(ingest.metrics.duplicates.get(), events.len() as u64);
+
+    // A changed repeat is a conflict: quarantined, with a receipt in the ledger.
+    let mut changed = events[0].clone();
+    changed["data"]["description"] = json!("changed after the fact");
+    publish(&js, &[changed], Mode::Binary, false).await;
+    drained(&js).await;
+    let stored = ledger(&js).await;
+    assert_eq!(stored.len(), events.len() + 1);
+    let receipt = stored.last().unwrap();
+    assert_eq!(class_of(receipt), "toolledger.quarantine.recorded");
+    assert_eq!(receipt_data(receipt)["reason"], "duplicate_conflict");
+    assert_eq!(receipt_data(receipt)["event_id"], events[0]["id"]);
+    let q = quarantined(&js).await;
+    assert_eq!(
+        q,
+        vec![(
+            format!(
+                "atl.quarantine.{}.duplicate_conflict",
+                events[0]["tenant"].as_str().unwrap()
+            ),
+            "duplicate_conflict".to_owned()
+        )]
+    );
+    ingest.stop().await;
+}
+
+#[tokio::test]
+async fn a_restarted_ingest_rebuilds_its_index_from_the_ledger() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    let events = generate(&GeneratorConfig {
+        seed: 5,
+        ..Default::default()
+    })
+    .events;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start(&nats, dir.path());
+    publish(&js, &events, Mode::Binary, true).await;
+    drained(&js).await;
+    ingest.stop().await;
+    // The index goes; the scrub key stays (it is what makes a re-sent secret compare equal).
+    for entry in std::fs::read_dir(dir.path().join("ingest")).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    let ingest = Running::start(&nats, dir.path());
+    publish(&js, &events, Mode::Structured, false).await;
+    drained(&js).await;
+    assert_eq!(ledger(&js).await.len(), events.len());
+    assert_eq!(ingest.metrics.duplicates.get(), events.len() as u64);
+    ingest.stop().await;
+}
+
+/// Publishes raw bytes with optional headers, as a careless or hostile producer would.
+async fn publish_raw(js: &jetstream::Context, subject: &str, headers: &[(&str, &str)], body: &[u8]) {
+    let mut map = async_nats::HeaderMap::new();
+    for (name, value) in headers {
+        map.insert(*name, *value);
+    }
+    js.publish_with_headers(subject.to_owned(), map, body.to_vec().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_goes_on() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start(&nats, dir.path());
+
+    let good = generate(&GeneratorConfig {
+        seed: 3,
+        ..Default::default()
+    })
+    .events;
+    let planned = good
+        .iter()
+        .find(|e| e["type"] == "tool.invocation.planned")
+        .unwrap()
+        .clone();
+    let structured = |event: &Value| serde_json::to_vec(event).unwrap();
+    let ce = [("content-type", "application/cloudevents+json")];
+    let subject = "atl.in.acme.tool.invocation.planned";
+
+    let mut missing = planned.clone();
+    missing["data"].as_object_mut().unwrap().remove("invocation_id");
+    let mut wrong_type = planned.clone();
+    wrong_type["data"]["tool_id"] = json!(7);
+    let mut unknown = planned.clone();
+    unknown["type"] = json!("tool.invocation.exploded");
+    let mut mismatch = planned.clone();
+    mismatch["tenant"] = json!("globex");
+    let mut dotted = planned.clone();
+    dotted["tenant"] = json!("ac.me");
+    let body = structured(&planned);
+    let truncated = &body[..body.len() / 2];
+    let duplicate_keys = br#"{"specversion":"1.0","id":"x","id":"y","source":"s","type":"tool.declared","tenant":"acme","data":{}}"#;
+    let big_integer = String::from_utf8(body.clone()).unwrap().replacen(
+        "\"data\":{",
+        "\"data\":{\"n\":9007199254740993,",
+        1,
+    );
+
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (subject, truncated.to_vec(), "bad_envelope"),
+        (subject, structured(&missing), "schema_violation"),
+        (subject, structured(&wrong_type), "schema_violation"),
+        (
+            "atl.in.acme.tool.invocation.exploded",
+            structured(&unknown),
+            "unknown_class",
+        ),
+        (subject, structured(&mismatch), "tenant_mismatch"),
+        (subject, structured(&dotted), "tenant_mismatch"),
+        (
+            "atl.in.ac$me.tool.invocation.planned",
+            structured(&planned),
+            "unsafe_tenant",
+        ),
+        ("atl.in.acme.tool.declared", duplicate_keys.to_vec(), "not_ijson"),
+        (subject, big_integer.into_bytes(), "not_ijson"),
+        (subject, vec![0xff, 0xfe, 0x00], "bad_envelope"),
+    ];
+    for (subject, body, _) in &cases {
+        publish_raw(&js, subject, &ce, body).await;
+    }
+    // Good events after the garbage still land: ingest never stops.
+    publish(&js, &good, Mode::Binary, true).await;
+    drained(&js).await;
+
+    let reasons: Vec<String> = quarantined(&js)
+        .await
+        .into_iter()
+        .map(|(_, reason)| reason)
+        .collect();
+    let expected: Vec<&str> = cases.iter().map(|(_, _, reason)| *reason).collect();
+    assert_eq!(reasons, expected);
+    let stored = ledger(&js).await;
+    let receipts: Vec<String> = stored
+        .iter()
+        .filter(|e| class_of(e) == "toolledger.quarantine.recorded")
+        .map(|e| receipt_data(e)["reason"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(receipts, expected, "one receipt per rejection, in order");
+    let unsafe_receipt = stored
+        .iter()
+        .find(|e| receipt_data(e)["reason"] == "unsafe_tenant")
+        .unwrap();
+    assert_eq!(receipt_data(unsafe_receipt)["tenant"], "_unroutable");
+    assert_eq!(stored.len(), cases.len() + good.len());
+    ingest.stop().await;
+}
+
+#[tokio::test]
+async fn two_ingests_at_once_never_interleave_or_duplicate() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Running::start(&nats, a_dir.path());
+    let b = Running::start(&nats, b_dir.path());
+    let events = generate(&GeneratorConfig {
+        seed: 21,
+        sessions: 4,
+        ..Default::default()
+    })
+    .events;
+    publish(&js, &events, Mode::Binary, true).await;
+    drained(&js).await;
+    let ids: Vec<String> = ledger(&js).await.iter().map(id_of).collect();
+    let expected: Vec<String> = events
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, expected);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Publishes with a hand-written header block over a raw socket, bypassing every client's checks.
+fn publish_raw_socket(port: u16, subject: &str, header_block: &[u8], body: &[u8]) {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut info = String::new();
+    reader.read_line(&mut info).unwrap();
+    assert!(info.starts_with("INFO"), "{info}");
+    let mut writer = stream;
+    writer
+        .write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}\r\n")
+        .unwrap();
+    let total = header_block.len() + body.len();
+    write!(writer, "HPUB {subject} {} {total}\r\n", header_block.len()).unwrap();
+    writer.write_all(header_block).unwrap();
+    writer.write_all(body).unwrap();
+    writer.write_all(b"\r\nPING\r\n").unwrap();
+    let mut pong = String::new();
+    reader.read_line(&mut pong).unwrap();
+    assert!(pong.starts_with("PONG"), "server answered {pong}");
+}
+
+#[tokio::test]
+async fn poison_headers_end_in_quarantine_and_ingest_recovers() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start_with(&nats, dir.path(), |s| {
+        s.ack_wait = Duration::from_millis(700);
+        s.max_deliver = 2;
+    });
+    let good = generate(&GeneratorConfig {
+        seed: 9,
+        ..Default::default()
+    })
+    .events;
+    let body = serde_json::to_vec(&good[0]).unwrap();
+    let subject = format!(
+        "atl.in.{}.{}",
+        good[0]["tenant"].as_str().unwrap(),
+        good[0]["type"].as_str().unwrap()
+    );
+    publish_raw_socket(
+        nats.port(),
+        &subject,
+        b"NATS/1.0\r\nce-id: \xff\xfe\r\n\r\n",
+        &body,
+    );
+    publish_raw_socket(nats.port(), &subject, b"NATS/1.0\r\nce-id: a\rb\r\n\r\n", &body);
+    publish(&js, &good, Mode::Binary, true).await;
+
+    // Poison is redelivered until max_deliver, then fetched raw from the advisory.
+    drained(&js).await;
+    let reasons: Vec<String> = quarantined(&js).await.into_iter().map(|(_, r)| r).collect();
+    assert_eq!(reasons, ["poison_message", "poison_message"]);
+    let stored = ledger(&js).await;
+    let poison_receipts = stored
+        .iter()
+        .filter(|e| receipt_data(e)["reason"] == "poison_message")
+        .count();
+    assert_eq!(poison_receipts, 2);
+    let appended: Vec<String> = stored
+        .iter()
+        .filter(|e| class_of(e) != "toolledger.quarantine.recorded")
+        .map(id_of)
+        .collect();
+    let expected: Vec<String> = good
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        appended, expected,
+        "the good events all landed once despite the broken connections"
+    );
+    ingest.stop().await;
+}
+
+#[tokio::test]
+async fn a_nats_server_crash_mid_load_loses_and_duplicates_nothing() {
+    let mut nats = NatsFixture::start();
+    let client = async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let js = jetstream::new(client);
+    contract_streams(&js).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start(&nats, dir.path());
+    let events = generate(&GeneratorConfig {
+        seed: 17,
+        sessions: 6,
+        ..Default::default()
+    })
+    .events;
+    let producer = {
+        let js = js.clone();
+        let events = events.clone();
+        tokio::spawn(async move {
+            for chunk in events.chunks(25) {
+                // A producer republishes what was not acked, with the same Nats-Msg-Id.
+                loop {
+                    let outgoing = chunk
+                        .iter()
+                        .enumerate()
+                        .map(|(i, e)| {
+                            (
+                                format!("event {i}"),
+                                produce::prepare(e.clone(), None, Mode::Binary).unwrap(),
+                            )
+                        })
+                        .collect();
+                    // A publish caught by the crash may never be answered: bound each attempt.
+                    match tokio::time::timeout(Duration::from_secs(10), produce::publish_all(&js, outgoing))
+                        .await
+                    {
+                        Ok(report) if report.failed.is_empty() => break,
+                        Ok(report) => eprintln!(
+                            "producer retries {} events: {:?}",
+                            report.failed.len(),
+                            report.failed.first()
+                        ),
+                        Err(_) => eprintln!("producer retries a chunk whose acks never came"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let nats = tokio::task::spawn_blocking(move || {
+        nats.kill_and_restart();
+        nats
+    })
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(120), producer)
+        .await
+        .unwrap()
+        .unwrap();
+    drained(&js).await;
+    let ids: Vec<String> = ledger(&js).await.iter().map(id_of).collect();
+    let expected: Vec<String> = events
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        ids, expected,
+        "every acked event once, in order, across the server crash"
+    );
+    ingest.stop().await;
+    drop(nats);
+}
+
+#[tokio::test]
+async fn a_quarantined_event_is_listed_shown_and_redriven_once_corrected() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start(&nats, dir.path());
+    let events = generate(&GeneratorConfig {
+        seed: 4,
+        ..Default::default()
+    })
+    .events;
+    let mut broken = events[0].clone();
+    let fixed = broken.clone();
+    broken["data"].as_object_mut().unwrap().remove("tool_id");
+    publish(&js, &[broken], Mode::Binary, false).await;
+    drained(&js).await;
+
+    use toolledger_ingest::quarantine;
+    let listed = quarantine::list(&js, Some(events[0]["tenant"].as_str().unwrap()), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].reason, "schema_violation");
+    assert!(listed[0].detail.contains("/data/tool_id"), "{}", listed[0].detail);
+    assert!(
+        quarantine::list(&js, None, Some("poison_message"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let shown = quarantine::show(&js, listed[0].seq).await.unwrap().unwrap();
+    assert_eq!(
+        shown.inbound_subject,
+        format!(
+            "atl.in.{}.{}",
+            events[0]["tenant"].as_str().unwrap(),
+            events[0]["type"].as_str().unwrap()
+        )
+    );
+
+    // The corrected event in structured form, republished to where the original came in.
+    let body = serde_json::to_vec(&fixed).unwrap();
+    assert!(shown.original_headers().get("Atl-Quarantine-Reason").is_none());
+    quarantine::redrive(&js, shown.seq, Some(body.into()))
+        .await
+        .unwrap();
+    drained(&js).await;
+    let stored = ledger(&js).await;
+    assert_eq!(stored.len(), 2, "the receipt, then the redriven event");
+    assert_eq!(id_of(&stored[1]), events[0]["id"].as_str().unwrap());
+    ingest.stop().await;
+}

@@ -1,0 +1,207 @@
+//! `toolledger verify`: recompute the ledger's tree and check it against the signed checkpoints, the
+//! tiles and the live stream configurations; exit non-zero naming the first bad position.
+//!
+//! ```text
+//! connect ─▶ verifier keys (--key, else <data_dir>/keys/checkpoint.pub)
+//!   ─▶ toolledger_verify::verify_ledger(--stream, --checkpoints, tiles)   progress on stderr
+//!   ─▶ summary on stdout (or --json) ─▶ findings? exit 1 naming the first bad position
+//! ```
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use toolledger_core::config::Config;
+use toolledger_merkle::{TileStore, Verifiers};
+use toolledger_verify::{Progress, VerifyOptions, verify_ledger};
+use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
+
+use super::init::{connect, nats_url};
+
+/// Findings printed in full before the rest are only counted.
+const MAX_PRINTED: usize = 50;
+/// How often progress is logged when stderr is not a terminal.
+const LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Flags of `toolledger verify`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The ledger stream to verify (a partition, or a copy).
+    #[arg(long, value_name = "NAME", default_value = LEDGER)]
+    pub stream: String,
+    /// The stream of signed checkpoints to verify it against.
+    #[arg(long, value_name = "NAME", default_value = CHECKPOINTS)]
+    pub checkpoints: String,
+    /// Verifier key file: one C2SP verifier key per line (keep retired keys after a rotation).
+    /// Default: the `.pub` beside `ledger.key_file` (`<data_dir>/keys/checkpoint.pub`).
+    #[arg(long, value_name = "PUBKEY_FILE")]
+    pub key: Option<PathBuf>,
+    /// The tiles to check: a directory, `file:///dir` or `s3://bucket/prefix`. Default `ledger.tiles`
+    /// (`<data_dir>/tiles`) when it exists.
+    #[arg(long, value_name = "LOCATION", conflicts_with = "no_tiles")]
+    pub tiles: Option<String>,
+    /// Do not check tiles (an altered entry is then located between two checkpoints).
+    #[arg(long)]
+    pub no_tiles: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// NATS server URL; overrides `nats.url` (`TOOLLEDGER_NATS__URL`). One of the two is required.
+    #[arg(long, value_name = "URL")]
+    pub nats_url: Option<String>,
+}
+
+/// The trusted verifier keys from `--key` or the configured default.
+pub fn load_verifiers(config: &Config, key: Option<&std::path::Path>) -> anyhow::Result<Verifiers> {
+    let path = key.map_or_else(|| config.checkpoint_verifier_file(), std::path::Path::to_path_buf);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading verifier key file {} (see --key)", path.display()))?;
+    let verifiers =
+        Verifiers::parse(&text).with_context(|| format!("parsing verifier keys in {}", path.display()))?;
+    anyhow::ensure!(
+        !verifiers.keys().is_empty(),
+        "no verifier key in {}",
+        path.display()
+    );
+    Ok(verifiers)
+}
+
+/// The tile store from `--tiles`, else the configured one when it exists; `None` with `--no-tiles`.
+pub fn tile_store(config: &Config, flag: Option<&str>, none: bool) -> anyhow::Result<Option<TileStore>> {
+    if none {
+        return Ok(None);
+    }
+    if let Some(location) = flag {
+        return Ok(Some(toolledger_ingest::checkpoint::open_tiles(location)?));
+    }
+    let location = config.tiles_location();
+    if !location.contains("://") && !std::path::Path::new(&location).is_dir() {
+        tracing::warn!(%location, "no tiles there; checking the ledger and checkpoints only");
+        return Ok(None);
+    }
+    Ok(Some(toolledger_ingest::checkpoint::open_tiles(&location)?))
+}
+
+/// Verifies and reports; an error (non-zero exit) when anything is wrong.
+pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
+    let verifiers = load_verifiers(&config, args.key.as_deref())?;
+    let tiles = tile_store(&config, args.tiles.as_deref(), args.no_tiles)?;
+    let url = nats_url(&config, args.nats_url.as_deref())?;
+    let js = async_nats::jetstream::new(connect(&url, "toolledger-verify").await?);
+    let options = VerifyOptions {
+        origin: Some(config.ledger.origin.clone()),
+        tiles,
+        ..VerifyOptions::default()
+    };
+    let mut progress = ProgressReport::new();
+    let started = Instant::now();
+    let report = verify_ledger(
+        &js,
+        &args.stream,
+        &args.checkpoints,
+        &verifiers,
+        &options,
+        &mut |p| progress.update(p),
+    )
+    .await?;
+    progress.finish();
+    let secs = started.elapsed().as_secs_f64();
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "toolledger verify: {} entries of {} in {secs:.1}s ({:.0} entries/s); root {}",
+            report.entries,
+            report.ledger_stream,
+            report.entries as f64 / secs.max(1e-9),
+            report.root
+        );
+        println!(
+            "toolledger verify: {} of {} checkpoints in {} trusted, newest signs {} entries; tiles {}",
+            report.trusted_checkpoints,
+            report.checkpoints,
+            report.checkpoint_stream,
+            report.signed_size,
+            if report.tiles_checked {
+                "checked"
+            } else {
+                "not checked"
+            }
+        );
+        for finding in report.findings.iter().take(MAX_PRINTED) {
+            println!("toolledger verify: BAD {finding}");
+        }
+        if report.findings.len() > MAX_PRINTED {
+            println!(
+                "toolledger verify: … and {} more findings",
+                report.findings.len() - MAX_PRINTED
+            );
+        }
+    }
+    match report.first_bad() {
+        None => {
+            if !args.json {
+                println!("toolledger verify: ok");
+            }
+            Ok(())
+        }
+        Some(first) => anyhow::bail!(
+            "verification failed ({} findings); first bad position: {first}",
+            report.findings.len()
+        ),
+    }
+}
+
+/// A progress bar with rate and ETA on a terminal, a log line every few seconds otherwise.
+struct ProgressReport {
+    bar: Option<indicatif::ProgressBar>,
+    logged: Instant,
+    started: Instant,
+}
+
+impl ProgressReport {
+    fn new() -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} verifying [{bar:40}] {human_pos}/{human_len} entries {per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar
+        });
+        Self {
+            bar,
+            logged: Instant::now(),
+            started: Instant::now(),
+        }
+    }
+
+    fn update(&mut self, progress: Progress) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(progress.total);
+            bar.set_position(progress.done);
+        } else if self.logged.elapsed() >= LOG_EVERY {
+            self.logged = Instant::now();
+            let rate = progress.done as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
+            let eta = progress.total.saturating_sub(progress.done) as f64 / rate.max(1e-9);
+            tracing::info!(
+                done = progress.done,
+                total = progress.total,
+                rate = format!("{rate:.0}/s"),
+                eta = format!("{eta:.0}s"),
+                "verifying"
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

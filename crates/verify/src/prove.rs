@@ -1,0 +1,297 @@
+//! Inclusion and consistency proofs as JSON documents that anyone holding the verifier key can check
+//! offline, with `toolledger_merkle` functions alone.
+//!
+//! ```text
+//! prove_inclusion(seq, size?)  ─▶ entry bytes (ledger) ─leaf_hash─┐
+//!                                 signed checkpoint of size S ────┼─▶ proof from tiles (or from the
+//!                                                                 │   ledger when tiles are missing)
+//!                                                                 └─▶ InclusionOutput ─check()─▶ ok
+//! prove_consistency(A, B)      ─▶ signed checkpoint of size B (and A when signed) ─▶ ConsistencyOutput
+//! ```
+//!
+//! Proofs come from the tiles when the tiles agree with the signed root, else from the ledger itself
+//! (the tiles are a cache). Every output is checked before it is returned.
+
+use async_nats::jetstream;
+use serde::{Deserialize, Serialize};
+use toolledger_merkle::{Checkpoint, Hash, TileReader, TileStore, TiledLog, Verifiers, leaf_hash};
+
+use crate::read::{self, StreamReader};
+use crate::verify::{Signed, trusted_checkpoints};
+use crate::{Error, Result, hex, parse_hash};
+
+/// Where proofs come from.
+#[derive(Debug, Clone)]
+pub struct ProveSource {
+    /// The ledger stream.
+    pub ledger_stream: String,
+    /// The checkpoint stream.
+    pub checkpoint_stream: String,
+    /// The keys whose checkpoints are trusted.
+    pub verifiers: Verifiers,
+    /// The log's origin; `None` takes the first trusted checkpoint's.
+    pub origin: Option<String>,
+    /// The tiles, when available (proofs are recomputed from the ledger otherwise).
+    pub tiles: Option<TileStore>,
+}
+
+/// Proof that a ledger entry is in a signed tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InclusionOutput {
+    /// The entry's ledger sequence.
+    pub ledger_seq: u64,
+    /// Its leaf index in the tree (`ledger_seq - 1`).
+    pub leaf_index: u64,
+    /// The size of the signed tree.
+    pub tree_size: u64,
+    /// The entry's canonical bytes (RFC 8785 JSON text), exactly as the ledger holds them.
+    pub entry: String,
+    /// `SHA-256(0x00 || entry)`, hex.
+    pub leaf_hash: String,
+    /// The audit path, bottom-up, hex.
+    pub proof: Vec<String>,
+    /// The signed root, hex (also in the checkpoint).
+    pub root: String,
+    /// The C2SP signed checkpoint note of size `tree_size`.
+    pub checkpoint: String,
+}
+
+/// Proof that a tree is a prefix of a later signed tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsistencyOutput {
+    /// The older size.
+    pub old_size: u64,
+    /// The newer size.
+    pub new_size: u64,
+    /// The older root, hex.
+    pub old_root: String,
+    /// The newer root, hex.
+    pub new_root: String,
+    /// The consistency path (RFC 6962 order), hex.
+    pub proof: Vec<String>,
+    /// The signed checkpoint of the older size, when one was published.
+    pub old_checkpoint: Option<String>,
+    /// The signed checkpoint of the newer size.
+    pub new_checkpoint: String,
+}
+
+fn hashes(hexes: &[String]) -> Result<Vec<Hash>> {
+    hexes
+        .iter()
+        .map(|h| {
+            parse_hash(h).ok_or_else(|| Error::MalformedProof {
+                reason: format!("{h:?} is not a hex hash"),
+            })
+        })
+        .collect()
+}
+
+fn hash(h: &str, what: &str) -> Result<Hash> {
+    parse_hash(h).ok_or_else(|| Error::MalformedProof {
+        reason: format!("{what} {h:?} is not a hex hash"),
+    })
+}
+
+fn open_checkpoint(note: &str, size: u64, root: &Hash, verifiers: &Verifiers) -> Result<Checkpoint> {
+    let checkpoint = Checkpoint::open(note, verifiers)?;
+    if checkpoint.size != size || checkpoint.root != *root {
+        return Err(Error::MalformedProof {
+            reason: format!(
+                "checkpoint is for size {} root {}, the proof for size {size} root {}",
+                checkpoint.size,
+                hex(&checkpoint.root),
+                hex(root)
+            ),
+        });
+    }
+    Ok(checkpoint)
+}
+
+impl InclusionOutput {
+    /// Checks the proof offline: the checkpoint's signature, the entry's leaf hash, and the audit path
+    /// from the leaf to the signed root.
+    pub fn check(&self, verifiers: &Verifiers) -> Result<()> {
+        let root = hash(&self.root, "root")?;
+        open_checkpoint(&self.checkpoint, self.tree_size, &root, verifiers)?;
+        let leaf = hash(&self.leaf_hash, "leaf hash")?;
+        if leaf_hash(self.entry.as_bytes()) != leaf {
+            return Err(Error::MalformedProof {
+                reason: "the entry does not hash to the leaf hash".to_owned(),
+            });
+        }
+        if self.leaf_index + 1 != self.ledger_seq {
+            return Err(Error::MalformedProof {
+                reason: "leaf index is not ledger seq - 1".to_owned(),
+            });
+        }
+        toolledger_merkle::verify_inclusion(
+            &leaf,
+            self.leaf_index,
+            self.tree_size,
+            &hashes(&self.proof)?,
+            &root,
+        )?;
+        Ok(())
+    }
+}
+
+impl ConsistencyOutput {
+    /// Checks the proof offline: the signatures and the consistency path between the two roots.
+    pub fn check(&self, verifiers: &Verifiers) -> Result<()> {
+        let old_root = hash(&self.old_root, "old root")?;
+        let new_root = hash(&self.new_root, "new root")?;
+        open_checkpoint(&self.new_checkpoint, self.new_size, &new_root, verifiers)?;
+        if let Some(old) = &self.old_checkpoint {
+            open_checkpoint(old, self.old_size, &old_root, verifiers)?;
+        }
+        toolledger_merkle::verify_consistency(
+            self.old_size,
+            self.new_size,
+            &hashes(&self.proof)?,
+            &old_root,
+            &new_root,
+        )?;
+        Ok(())
+    }
+}
+
+/// A reader over a tree of `size` whose root is `root`: the tiles when they agree, else tiles
+/// rebuilt in memory from the ledger's first `size` entries.
+async fn tree_reader(
+    js: &jetstream::Context,
+    source: &ProveSource,
+    size: u64,
+    root: &Hash,
+) -> Result<TileReader> {
+    if let Some(tiles) = &source.tiles {
+        let reader = TileReader::new(tiles.clone());
+        match reader.root(size).await {
+            Ok(found) if found == *root => return Ok(reader),
+            Ok(_) => tracing::warn!(
+                size,
+                "tiles disagree with the signed root; proving from the ledger"
+            ),
+            Err(error) => tracing::warn!(%error, size, "tiles unusable; proving from the ledger"),
+        }
+    }
+    let mut reader = StreamReader::open(js, &source.ledger_stream, 1).await?;
+    let mut leaves = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    while (leaves.len() as u64) < size {
+        let Some((_, bytes)) = reader.next().await? else {
+            return Err(Error::NoSuchEntry {
+                seq: size,
+                last: leaves.len() as u64,
+            });
+        };
+        leaves.push(leaf_hash(&bytes));
+    }
+    let store = TileStore::in_memory();
+    TiledLog::rebuild(store.clone(), leaves).await?;
+    Ok(TileReader::new(store))
+}
+
+async fn checkpoints(js: &jetstream::Context, source: &ProveSource) -> Result<Vec<Signed>> {
+    Ok(trusted_checkpoints(
+        js,
+        &source.checkpoint_stream,
+        &source.verifiers,
+        source.origin.as_deref(),
+    )
+    .await?
+    .0)
+}
+
+/// Proves that the entry at ledger `seq` is in the signed tree of `checkpoint_size`, or in the
+/// newest signed tree when no size is given.
+pub async fn prove_inclusion(
+    js: &jetstream::Context,
+    source: &ProveSource,
+    seq: u64,
+    checkpoint_size: Option<u64>,
+) -> Result<InclusionOutput> {
+    let last = read::last_sequence(js, &source.ledger_stream).await?;
+    if seq == 0 || seq > last {
+        return Err(Error::NoSuchEntry { seq, last });
+    }
+    let trusted = checkpoints(js, source).await?;
+    let signed = match checkpoint_size {
+        Some(size) => trusted
+            .iter()
+            .find(|s| s.checkpoint.size == size && size >= seq)
+            .ok_or_else(|| Error::NoCheckpoint {
+                wanted: format!("of size {size} covering seq {seq}"),
+            })?,
+        None => trusted
+            .last()
+            .filter(|s| s.checkpoint.size >= seq)
+            .ok_or_else(|| Error::NoCheckpoint {
+                wanted: format!("covering seq {seq}"),
+            })?,
+    };
+    let size = signed.checkpoint.size;
+    let root = signed.checkpoint.root;
+    let entry = read::message(js, &source.ledger_stream, seq).await?;
+    let leaf = leaf_hash(&entry);
+    let reader = tree_reader(js, source, size, &root).await?;
+    let proof = reader.inclusion_proof(seq - 1, size).await?;
+    proof
+        .verify(&leaf, &root)
+        .map_err(|e| Error::ProofDoesNotVerify {
+            reason: e.to_string(),
+        })?;
+    Ok(InclusionOutput {
+        ledger_seq: seq,
+        leaf_index: seq - 1,
+        tree_size: size,
+        entry: String::from_utf8(entry.to_vec()).map_err(|_| Error::ProofDoesNotVerify {
+            reason: format!("ledger seq {seq} is not UTF-8 text"),
+        })?,
+        leaf_hash: hex(&leaf),
+        proof: proof.hashes.iter().map(|h| hex(h)).collect(),
+        root: hex(&root),
+        checkpoint: signed.note.clone(),
+    })
+}
+
+/// Proves that the tree of `from_size` is a prefix of the signed tree of `to_size`. The newer size
+/// must be a signed checkpoint's; the older one's checkpoint is included when it was signed.
+pub async fn prove_consistency(
+    js: &jetstream::Context,
+    source: &ProveSource,
+    from_size: u64,
+    to_size: u64,
+) -> Result<ConsistencyOutput> {
+    if from_size > to_size {
+        return Err(Error::BadSizes {
+            from: from_size,
+            to: to_size,
+        });
+    }
+    let trusted = checkpoints(js, source).await?;
+    let find = |size: u64| trusted.iter().find(|s| s.checkpoint.size == size);
+    let new = find(to_size).ok_or_else(|| Error::NoCheckpoint {
+        wanted: format!("of size {to_size}"),
+    })?;
+    let old = find(from_size);
+    let reader = tree_reader(js, source, to_size, &new.checkpoint.root).await?;
+    let old_root = match old {
+        Some(old) => old.checkpoint.root,
+        None if from_size == 0 => toolledger_merkle::empty_root(),
+        None => reader.root(from_size).await?,
+    };
+    let proof = reader.consistency_proof(from_size, to_size).await?;
+    proof
+        .verify(&old_root, &new.checkpoint.root)
+        .map_err(|e| Error::ProofDoesNotVerify {
+            reason: e.to_string(),
+        })?;
+    Ok(ConsistencyOutput {
+        old_size: from_size,
+        new_size: to_size,
+        old_root: hex(&old_root),
+        new_root: hex(&new.checkpoint.root),
+        proof: proof.hashes.iter().map(|h| hex(h)).collect(),
+        old_checkpoint: old.map(|o| o.note.clone()),
+        new_checkpoint: new.note.clone(),
+    })
+}

@@ -1,0 +1,637 @@
+//! `verify_ledger`: recompute the tree from the ledger and hold it against everything that vouches
+//! for it.
+//!
+//! ```text
+//! 1 checkpoints  every message of the checkpoint stream: signature by a trusted key, one origin,
+//!                sizes strictly growing (equal sizes with other roots are a fork)
+//! 2 configs      the live ledger and checkpoint stream configurations against DESIGN §2
+//! 3 tiles        (given a tile store) check_tiles against the newest trusted checkpoint
+//! 4 ledger pass  seq 1..=last: no gaps, a readable canonical entry, leaf hash ─▶ tree;
+//!                leaf = the trusted tiles' leaf (the exact position of an altered entry);
+//!                root at every checkpoint size = the signed root
+//! 5 afterwards   checkpoints beyond the ledger's end; consistency proofs (from trusted tiles)
+//!                between consecutive checkpoints the recomputed tree could not vouch for
+//! ```
+//!
+//! Everything wrong is a [`Finding`]; [`Report::first_bad`] names the first bad ledger position.
+//! Without tiles an altered entry is located between the last checkpoint that still matches and the
+//! first that does not; with tiles that a signed root vouches for, to the exact entry.
+
+use std::fmt;
+
+use async_nats::jetstream;
+use serde::Serialize;
+use toolledger_merkle::tile::{TILE_WIDTH, TileId, tile_for};
+use toolledger_merkle::{Checkpoint, CompactRange, Hash, TileReader, TileStore, Verifiers};
+use toolledger_wire::LedgerEntry;
+use toolledger_wire::streams::{self, CHECKPOINTS, LEDGER};
+
+use crate::read::{StreamReader, read_all};
+use crate::{Result, hex};
+
+/// How often the progress callback is called, in entries.
+const PROGRESS_EVERY: u64 = 1024;
+
+/// What else to check besides the two streams.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// The log's origin every checkpoint must name; `None` takes the first trusted checkpoint's.
+    pub origin: Option<String>,
+    /// The tile store to check, and to locate an altered entry exactly.
+    pub tiles: Option<TileStore>,
+    /// Check the live stream configurations against DESIGN §2.
+    pub check_stream_configs: bool,
+    /// Parse every entry as a canonical ledger entry (not only hash it).
+    pub check_entries: bool,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        Self {
+            origin: None,
+            tiles: None,
+            check_stream_configs: true,
+            check_entries: true,
+        }
+    }
+}
+
+/// How far the ledger pass is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Entries read so far.
+    pub done: u64,
+    /// Entries in the ledger when the pass started.
+    pub total: u64,
+}
+
+/// One thing wrong with the ledger, its checkpoints, its tiles or its streams.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Finding {
+    /// A live stream configuration is weaker than the contract (it could truncate or purge).
+    StreamConfig {
+        /// The stream.
+        stream: String,
+        /// The configuration field.
+        field: String,
+        /// What the live stream has.
+        actual: String,
+        /// What the contract needs.
+        required: String,
+    },
+    /// A checkpoint carries no valid signature by a trusted key (forged, re-signed or altered).
+    CheckpointUntrusted {
+        /// Its sequence in the checkpoint stream.
+        checkpoint_seq: u64,
+        /// Why it does not verify.
+        reason: String,
+    },
+    /// A trusted checkpoint is for another log.
+    CheckpointOrigin {
+        /// Its sequence in the checkpoint stream.
+        checkpoint_seq: u64,
+        /// The origin it names.
+        origin: String,
+        /// The origin expected.
+        expected: String,
+    },
+    /// A trusted checkpoint does not grow the tree: a smaller size, or the same size again (with
+    /// another root: a fork).
+    CheckpointOrder {
+        /// Its sequence in the checkpoint stream.
+        checkpoint_seq: u64,
+        /// Its tree size.
+        size: u64,
+        /// The size of the checkpoint before it.
+        previous_size: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Two consecutive trusted checkpoints are not consistent (the later does not extend the earlier).
+    CheckpointInconsistent {
+        /// The later checkpoint's sequence in the checkpoint stream.
+        checkpoint_seq: u64,
+        /// The earlier checkpoint's size.
+        old_size: u64,
+        /// The later checkpoint's size.
+        new_size: u64,
+        /// What failed.
+        reason: String,
+    },
+    /// A trusted checkpoint covers more entries than the ledger holds: entries were lost.
+    CheckpointBeyondLedger {
+        /// Its sequence in the checkpoint stream.
+        checkpoint_seq: u64,
+        /// Its tree size.
+        size: u64,
+        /// Entries in the ledger.
+        ledger_size: u64,
+    },
+    /// The ledger skips a sequence: a message was deleted.
+    SequenceGap {
+        /// The sequence expected next.
+        expected_seq: u64,
+        /// The sequence found.
+        found_seq: u64,
+    },
+    /// A ledger message is not a canonical ledger entry.
+    EntryUnreadable {
+        /// Its ledger sequence.
+        seq: u64,
+        /// Why it cannot be read.
+        reason: String,
+    },
+    /// The entry at `seq` is not the one the signed tree holds there (located with tiles a signed
+    /// root vouches for): changed, dropped, swapped or inserted from here on.
+    EntryAltered {
+        /// The ledger sequence (leaf index + 1).
+        seq: u64,
+        /// The leaf hash the signed tree has at this position, hex.
+        signed_leaf: String,
+        /// The leaf hash of the ledger's entry, hex.
+        ledger_leaf: String,
+    },
+    /// The tree recomputed from the ledger has another root than a signed checkpoint: an entry in
+    /// `good_through + 1 ..= size` was altered (the first such checkpoint is reported).
+    RootMismatch {
+        /// The checkpoint's sequence in the checkpoint stream.
+        checkpoint_seq: u64,
+        /// Its tree size.
+        size: u64,
+        /// Its signed root, hex.
+        signed_root: String,
+        /// The root recomputed from the ledger, hex.
+        computed_root: String,
+        /// The size of the last checkpoint that still matched (0 if none).
+        good_through: u64,
+    },
+    /// A tile disagrees with the signed tree (replaced, damaged or missing). Tiles are a cache: the
+    /// ledger is unaffected and `toolledger` rebuilds them.
+    TileCorrupt {
+        /// The tile's object path.
+        path: String,
+        /// The first ledger sequence the tile covers, when known.
+        first_seq: Option<u64>,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl Finding {
+    /// The first ledger sequence this finding puts in doubt, for findings about entries.
+    pub fn ledger_seq(&self) -> Option<u64> {
+        match self {
+            Self::SequenceGap { expected_seq, .. } => Some(*expected_seq),
+            Self::EntryUnreadable { seq, .. } | Self::EntryAltered { seq, .. } => Some(*seq),
+            Self::RootMismatch { good_through, .. } => Some(good_through + 1),
+            Self::CheckpointBeyondLedger { ledger_size, .. } => Some(ledger_size + 1),
+            _ => None,
+        }
+    }
+
+    /// Where the problem is, for people: `ledger seq 300`, `checkpoint seq 4`, a tile or a stream.
+    pub fn position(&self) -> String {
+        match self {
+            Self::StreamConfig { stream, field, .. } => format!("stream {stream} ({field})"),
+            Self::CheckpointUntrusted { checkpoint_seq, .. }
+            | Self::CheckpointOrigin { checkpoint_seq, .. }
+            | Self::CheckpointOrder { checkpoint_seq, .. }
+            | Self::CheckpointInconsistent { checkpoint_seq, .. } => {
+                format!("checkpoint seq {checkpoint_seq}")
+            }
+            Self::RootMismatch {
+                good_through, size, ..
+            } => format!("ledger seq {}..={size}", good_through + 1),
+            Self::TileCorrupt { path, .. } => format!("tile {path}"),
+            other => format!("ledger seq {}", other.ledger_seq().unwrap_or_default()),
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.position())?;
+        match self {
+            Self::StreamConfig { actual, required, .. } => write!(f, "is {actual}, needs {required}"),
+            Self::CheckpointUntrusted { reason, .. } => write!(f, "not signed by a trusted key: {reason}"),
+            Self::CheckpointOrigin { origin, expected, .. } => {
+                write!(f, "is for log {origin:?}, expected {expected:?}")
+            }
+            Self::CheckpointOrder {
+                size,
+                previous_size,
+                reason,
+                ..
+            } => write!(f, "size {size} after size {previous_size}: {reason}"),
+            Self::CheckpointInconsistent {
+                old_size,
+                new_size,
+                reason,
+                ..
+            } => write!(f, "size {new_size} does not extend size {old_size}: {reason}"),
+            Self::CheckpointBeyondLedger {
+                checkpoint_seq,
+                size,
+                ledger_size,
+            } => write!(
+                f,
+                "missing: checkpoint seq {checkpoint_seq} covers {size} entries, the ledger holds {ledger_size}"
+            ),
+            Self::SequenceGap {
+                expected_seq,
+                found_seq,
+            } => write!(
+                f,
+                "missing: the ledger jumps from seq {} to {found_seq}",
+                expected_seq - 1
+            ),
+            Self::EntryUnreadable { reason, .. } => write!(f, "not a canonical ledger entry: {reason}"),
+            Self::EntryAltered {
+                signed_leaf,
+                ledger_leaf,
+                ..
+            } => write!(
+                f,
+                "altered: the signed tree has leaf {signed_leaf}, the ledger's entry hashes to {ledger_leaf}"
+            ),
+            Self::RootMismatch {
+                checkpoint_seq,
+                size,
+                signed_root,
+                computed_root,
+                ..
+            } => write!(
+                f,
+                "altered: the tree of size {size} has root {computed_root}, checkpoint seq {checkpoint_seq} signed {signed_root}"
+            ),
+            Self::TileCorrupt {
+                first_seq, reason, ..
+            } => match first_seq {
+                Some(seq) => write!(f, "{reason} (covers ledger seq {seq} on)"),
+                None => write!(f, "{reason}"),
+            },
+        }
+    }
+}
+
+/// What a verification found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The ledger stream verified.
+    pub ledger_stream: String,
+    /// The checkpoint stream verified.
+    pub checkpoint_stream: String,
+    /// Entries read from the ledger.
+    pub entries: u64,
+    /// The root recomputed over all of them, hex.
+    pub root: String,
+    /// Messages in the checkpoint stream.
+    pub checkpoints: u64,
+    /// Of those, checkpoints signed by a trusted key for this log.
+    pub trusted_checkpoints: u64,
+    /// The newest trusted checkpoint's size (0 if none).
+    pub signed_size: u64,
+    /// Whether a tile store was checked.
+    pub tiles_checked: bool,
+    /// Everything wrong, in the order found.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// No findings.
+    pub fn is_ok(&self) -> bool {
+        self.findings.is_empty()
+    }
+
+    /// The finding naming the first bad ledger position; when no finding is about entries, the first
+    /// finding of all.
+    pub fn first_bad(&self) -> Option<&Finding> {
+        self.findings
+            .iter()
+            .filter(|f| f.ledger_seq().is_some())
+            .min_by_key(|f| f.ledger_seq())
+            .or_else(|| self.findings.first())
+    }
+
+    /// The first bad ledger sequence, if any finding is about entries.
+    pub fn first_bad_seq(&self) -> Option<u64> {
+        self.findings.iter().filter_map(Finding::ledger_seq).min()
+    }
+}
+
+/// A trusted checkpoint and where it is in the checkpoint stream.
+#[derive(Debug, Clone)]
+pub(crate) struct Signed {
+    pub(crate) seq: u64,
+    pub(crate) checkpoint: Checkpoint,
+    pub(crate) note: String,
+}
+
+/// Reads the checkpoint stream: the trusted checkpoints in growing size order, and findings for the
+/// rest. Returns the messages read too.
+pub(crate) async fn trusted_checkpoints(
+    js: &jetstream::Context,
+    stream: &str,
+    verifiers: &Verifiers,
+    origin: Option<&str>,
+) -> Result<(Vec<Signed>, Vec<Finding>, u64)> {
+    let messages = read_all(js, stream).await?;
+    let total = messages.len() as u64;
+    let mut findings = Vec::new();
+    let mut trusted: Vec<Signed> = Vec::new();
+    let mut origin = origin.map(str::to_owned);
+    for (seq, payload) in messages {
+        let note = String::from_utf8_lossy(&payload).into_owned();
+        let checkpoint = match Checkpoint::open(&note, verifiers) {
+            Ok(checkpoint) => checkpoint,
+            Err(error) => {
+                findings.push(Finding::CheckpointUntrusted {
+                    checkpoint_seq: seq,
+                    reason: error.to_string(),
+                });
+                continue;
+            }
+        };
+        let expected = origin.get_or_insert_with(|| checkpoint.origin.clone());
+        if checkpoint.origin != *expected {
+            findings.push(Finding::CheckpointOrigin {
+                checkpoint_seq: seq,
+                origin: checkpoint.origin.clone(),
+                expected: expected.clone(),
+            });
+            continue;
+        }
+        if let Some(previous) = trusted.last() {
+            let previous = &previous.checkpoint;
+            if checkpoint.size <= previous.size {
+                let reason = if checkpoint.size == previous.size && checkpoint.root != previous.root {
+                    "the same size with another root: two trees were signed".to_owned()
+                } else if checkpoint.size == previous.size {
+                    "signed again without growing".to_owned()
+                } else {
+                    "the tree shrank".to_owned()
+                };
+                findings.push(Finding::CheckpointOrder {
+                    checkpoint_seq: seq,
+                    size: checkpoint.size,
+                    previous_size: previous.size,
+                    reason,
+                });
+                continue;
+            }
+        }
+        trusted.push(Signed {
+            seq,
+            checkpoint,
+            note,
+        });
+    }
+    Ok((trusted, findings, total))
+}
+
+/// The live configurations of the ledger and checkpoint streams against DESIGN §2, through the
+/// contract's own comparison ([`streams::weaknesses`]). A stream under another name (a partition or
+/// a copy) is held to the same rules on its own subjects.
+async fn stream_config_findings(js: &jetstream::Context, ledger: &str, checkpoints: &str) -> Vec<Finding> {
+    let settings = streams::ContractSettings::default();
+    let mut found = Vec::new();
+    for (name, mut wanted, default_name) in [
+        (ledger, streams::ledger_config(&settings), LEDGER),
+        (checkpoints, streams::checkpoints_config(&settings), CHECKPOINTS),
+    ] {
+        let live = match js.get_stream(name).await {
+            Ok(live) => live.cached_info().config.clone(),
+            Err(error) => {
+                found.push(Finding::StreamConfig {
+                    stream: name.to_owned(),
+                    field: "stream".to_owned(),
+                    actual: format!("unreadable: {error}"),
+                    required: "present".to_owned(),
+                });
+                continue;
+            }
+        };
+        if name != default_name {
+            wanted.name = name.to_owned();
+            wanted.subjects = live.subjects.clone();
+        }
+        found.extend(
+            streams::weaknesses(&live, &wanted)
+                .into_iter()
+                .map(|w| Finding::StreamConfig {
+                    stream: w.stream,
+                    field: w.field,
+                    actual: w.actual,
+                    required: w.required,
+                }),
+        );
+    }
+    found
+}
+
+/// The first ledger sequence a tile covers, from its object path.
+fn tile_first_seq(path: &str) -> Option<u64> {
+    let tile = TileId::parse(&path[path.find("tile/")?..])?;
+    let span = TILE_WIDTH.checked_pow(u32::from(tile.level) + 1)?;
+    tile.index.checked_mul(span).map(|first| first + 1)
+}
+
+fn tile_finding(error: toolledger_merkle::Error, size: u64) -> Finding {
+    use toolledger_merkle::Error as M;
+    let (path, reason) = match &error {
+        M::TileCorrupt { path, reason } => (path.clone(), reason.clone()),
+        M::TileMissing { path } | M::TileConflict { path } | M::TileStore { path, .. } => {
+            (path.clone(), error.to_string())
+        }
+        _ => (
+            format!("right edge of the tree of size {size}"),
+            error.to_string(),
+        ),
+    };
+    Finding::TileCorrupt {
+        first_seq: tile_first_seq(&path),
+        path,
+        reason,
+    }
+}
+
+/// Recomputes every leaf and the tree from `stream`, and checks the signed checkpoints in
+/// `checkpoint_stream` (trusted: `verifiers`), the live stream configurations and, when given, the
+/// tiles. `progress` is called every 1024 entries and at the end.
+///
+/// Fails only when a stream cannot be read; everything wrong with what was read is a finding in the
+/// report.
+pub async fn verify_ledger(
+    js: &jetstream::Context,
+    stream: &str,
+    checkpoint_stream: &str,
+    verifiers: &Verifiers,
+    options: &VerifyOptions,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<Report> {
+    let (trusted, mut findings, checkpoints) =
+        trusted_checkpoints(js, checkpoint_stream, verifiers, options.origin.as_deref()).await?;
+    if options.check_stream_configs {
+        findings.extend(stream_config_findings(js, stream, checkpoint_stream).await);
+    }
+
+    // Tiles are trusted for locating entries only once the newest signed root vouches for them.
+    let newest = trusted.last().map(|s| s.checkpoint.clone());
+    let mut tiles_trusted = None;
+    if let (Some(tiles), Some(newest)) = (&options.tiles, &newest) {
+        match TileReader::new(tiles.clone())
+            .check_tiles(newest.size, &newest.root)
+            .await
+        {
+            Ok(()) => tiles_trusted = Some((tiles.clone(), newest.size)),
+            Err(error) => findings.push(tile_finding(error, newest.size)),
+        }
+    }
+
+    let mut reader = StreamReader::open(js, stream, 1).await?;
+    let total = reader.last();
+    let mut range = CompactRange::new();
+    let mut next_checkpoint = trusted.iter().peekable();
+    // Sizes whose signed root the recomputed tree matched.
+    let mut matched = std::collections::BTreeSet::new();
+    let mut good_through = 0;
+    let mut altered: Option<u64> = None;
+    let mut root_mismatch = false;
+    let mut tile_cache: Option<(TileId, Vec<Hash>)> = None;
+    let mut expected_seq = 1;
+    let mut entry_findings = Vec::new();
+    // A checkpoint of the empty tree has nothing to match but the empty root.
+    while let Some(signed) = next_checkpoint.next_if(|s| s.checkpoint.size == 0) {
+        if signed.checkpoint.root != toolledger_merkle::empty_root() {
+            entry_findings.push(Finding::RootMismatch {
+                checkpoint_seq: signed.seq,
+                size: 0,
+                signed_root: hex(&signed.checkpoint.root),
+                computed_root: hex(&toolledger_merkle::empty_root()),
+                good_through: 0,
+            });
+        }
+    }
+    while let Some((seq, bytes)) = reader.next().await? {
+        if seq != expected_seq {
+            entry_findings.push(Finding::SequenceGap {
+                expected_seq,
+                found_seq: seq,
+            });
+        }
+        expected_seq = seq + 1;
+        if options.check_entries
+            && let Err(error) = LedgerEntry::from_bytes(&bytes)
+        {
+            entry_findings.push(Finding::EntryUnreadable {
+                seq,
+                reason: error.to_string(),
+            });
+        }
+        let index = range.size();
+        let leaf = toolledger_merkle::leaf_hash(&bytes);
+        range.append(leaf);
+
+        if altered.is_none()
+            && let Some((tiles, tiles_size)) = &tiles_trusted
+            && index < *tiles_size
+        {
+            let tile = tile_for(0, index, *tiles_size);
+            if tile_cache.as_ref().is_none_or(|(id, _)| *id != tile) {
+                match tiles.read_at_least(&tile).await {
+                    Ok(hashes) => tile_cache = Some((tile, hashes)),
+                    Err(error) => {
+                        findings.push(tile_finding(error, *tiles_size));
+                        tiles_trusted = None;
+                        tile_cache = None;
+                    }
+                }
+            }
+            if let Some((_, hashes)) = &tile_cache
+                && let Some(signed_leaf) = hashes.get((index % TILE_WIDTH) as usize)
+                && *signed_leaf != leaf
+            {
+                altered = Some(index + 1);
+                entry_findings.push(Finding::EntryAltered {
+                    seq: index + 1,
+                    signed_leaf: hex(signed_leaf),
+                    ledger_leaf: hex(&leaf),
+                });
+            }
+        }
+
+        while let Some(signed) = next_checkpoint.next_if(|s| s.checkpoint.size == range.size()) {
+            let computed = range.root();
+            if computed == signed.checkpoint.root {
+                matched.insert(signed.checkpoint.size);
+                good_through = signed.checkpoint.size;
+            } else if !root_mismatch {
+                root_mismatch = true;
+                // An exact position found with the tiles says more than the range.
+                if altered.is_none() {
+                    entry_findings.push(Finding::RootMismatch {
+                        checkpoint_seq: signed.seq,
+                        size: signed.checkpoint.size,
+                        signed_root: hex(&signed.checkpoint.root),
+                        computed_root: hex(&computed),
+                        good_through,
+                    });
+                }
+            }
+        }
+        if range.size().is_multiple_of(PROGRESS_EVERY) {
+            progress(Progress {
+                done: range.size(),
+                total,
+            });
+        }
+    }
+    let size = range.size();
+    progress(Progress { done: size, total });
+    if let Some(signed) = next_checkpoint.next() {
+        entry_findings.push(Finding::CheckpointBeyondLedger {
+            checkpoint_seq: signed.seq,
+            size: signed.checkpoint.size,
+            ledger_size: size,
+        });
+    }
+    findings.extend(entry_findings);
+
+    // Consecutive checkpoints both matched by the recomputed tree are consistent by construction;
+    // the others are checked with proofs from the trusted tiles.
+    if let Some((tiles, _)) = &tiles_trusted {
+        let reader = TileReader::new(tiles.clone());
+        for pair in trusted.windows(2) {
+            let (old, new) = (&pair[0].checkpoint, &pair[1].checkpoint);
+            if matched.contains(&old.size) && matched.contains(&new.size) {
+                continue;
+            }
+            let checked = match reader.consistency_proof(old.size, new.size).await {
+                Ok(proof) => proof.verify(&old.root, &new.root),
+                Err(error) => Err(error),
+            };
+            if let Err(error) = checked {
+                findings.push(Finding::CheckpointInconsistent {
+                    checkpoint_seq: pair[1].seq,
+                    old_size: old.size,
+                    new_size: new.size,
+                    reason: error.to_string(),
+                });
+            }
+        }
+    }
+
+    Ok(Report {
+        ledger_stream: stream.to_owned(),
+        checkpoint_stream: checkpoint_stream.to_owned(),
+        entries: size,
+        root: hex(&range.root()),
+        checkpoints,
+        trusted_checkpoints: trusted.len() as u64,
+        signed_size: newest.map_or(0, |c| c.size),
+        tiles_checked: options.tiles.is_some(),
+        findings,
+    })
+}
