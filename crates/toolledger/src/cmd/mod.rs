@@ -2,27 +2,34 @@
 
 pub mod demo_data;
 pub mod emit;
+pub mod ingest;
 pub mod init;
+pub mod project;
+pub mod prove;
+pub mod quarantine;
 pub mod up;
 pub mod validate;
+pub mod verify;
 
-/// Completes on Ctrl-C (SIGINT) or SIGTERM, whichever comes first.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+/// Completes on Ctrl-C (SIGINT) or SIGTERM, whichever comes first. The handlers are installed when
+/// this is called, not when the future is first polled, so a signal right after start is not lost
+/// to the default action. Must be called inside the runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let interrupt = signal(SignalKind::interrupt()).ok();
+    let terminate = signal(SignalKind::terminate()).ok();
+    async move {
+        let wait = |signal: Option<tokio::signal::unix::Signal>| async move {
+            match signal {
+                Some(mut signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            () = wait(interrupt) => {},
+            () = wait(terminate) => {},
         }
-    };
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
     }
 }

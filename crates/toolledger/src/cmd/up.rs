@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! start nats-server (unless nats.url is set) ─▶ connect, check JetStream ─▶ serve /metrics, /healthz
+//!   ─▶ create or verify the streams of the contract ─▶ run ingest
 //!   ─▶ run until Ctrl-C / SIGTERM ─▶ stop the services, then the server
 //! ```
 
@@ -12,6 +13,9 @@ use anyhow::Context;
 use toolledger_core::config::Config;
 use toolledger_core::nats_server::{NatsServer, NatsServerSpec};
 use toolledger_core::telemetry::{self, Telemetry};
+use toolledger_ingest::metrics::IngestMetrics;
+use toolledger_ingest::service::{self, IngestSettings};
+use toolledger_wire::streams::{ContractSettings, Ensured, INBOUND, LEDGER, ensure_contract};
 
 /// Flags of `toolledger up`.
 #[derive(clap::Args)]
@@ -81,18 +85,90 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         url_of(metrics_addr, "/metrics"),
         url_of(metrics_addr, "/healthz")
     ));
-    match toolledger_wire::streams::ensure_inbound(&jetstream).await? {
-        toolledger_wire::streams::Ensured::Created => say("created stream ATL_INBOUND"),
-        toolledger_wire::streams::Ensured::Verified => say("stream ATL_INBOUND meets the contract"),
+    for part in ensure_contract(&jetstream, &ContractSettings::default()).await? {
+        let done = match part.outcome {
+            Ensured::Created => "created",
+            Ensured::Verified => "verified",
+        };
+        say(&format!("{done} {} {}", part.kind, part.name));
     }
+
+    let key_file = config.checkpoint_key_file();
+    let keys = key_file.parent().unwrap_or(&config.data_dir).to_path_buf();
+    let (signer, created) = super::init::ensure_signing_key(&keys, &config.ledger.origin)?;
+    super::init::write_verifier_key(&keys, &signer)?;
+    say(&format!(
+        "{} checkpoint signing key {} (verifier {})",
+        if created { "created" } else { "using" },
+        key_file.display(),
+        signer.verifier()
+    ));
+
+    let ingest_metrics = telemetry.register(IngestMetrics::register);
+    let (ingest_stop, ingest_stopped) = tokio::sync::oneshot::channel::<()>();
+    let ingest = tokio::spawn(service::run(
+        service::Connector {
+            url: url.clone(),
+            name: "toolledger-up-ingest".to_owned(),
+        },
+        ingest_settings(&config),
+        ingest_metrics,
+        health.clone(),
+        async {
+            let _ = ingest_stopped.await;
+        },
+    ));
+    say("ingest running: ATL_INBOUND ─▶ ATL_LEDGER");
+
+    let (projector_stop, projector_stopped) = tokio::sync::oneshot::channel::<()>();
+    let projector_options = toolledger_projector::Options {
+        telemetry: Some(telemetry.clone()),
+        ..toolledger_projector::Options::new(config.data_dir.clone())
+    };
+    let projector = tokio::spawn({
+        let client = client.clone();
+        async move {
+            toolledger_projector::run(client, &projector_options, async {
+                let _ = projector_stopped.await;
+            })
+            .await
+        }
+    });
+    say(&format!(
+        "projector running: ATL_LEDGER ─▶ {}",
+        config.data_dir.join("projections").display()
+    ));
+
     if args.demo {
         say(&format!("data directory: {}", config.data_dir.display()));
         publish_demo_session(&jetstream).await?;
+        let ledger = wait_for_ingest(&jetstream).await?;
+        say(&format!(
+            "demo: ingest drained ATL_INBOUND; the ledger holds {ledger} entries"
+        ));
+        let states = wait_for_projection(&config.data_dir, ledger).await?;
+        say(&format!(
+            "demo: projected through seq {ledger}; invocations by state: {states}"
+        ));
     }
     say("running; Ctrl-C or SIGTERM stops");
 
     shutdown.await;
     say("stopping");
+    let _ = ingest_stop.send(());
+    let _ = projector_stop.send(());
+    match tokio::time::timeout(std::time::Duration::from_secs(30), ingest).await {
+        Ok(Ok(Ok(()))) => say("ingest stopped"),
+        Ok(Ok(Err(error))) => tracing::error!(%error, "ingest ended with an error"),
+        Ok(Err(error)) => tracing::error!(%error, "ingest task failed"),
+        Err(_) => tracing::error!("ingest did not stop within 30 s"),
+    }
+    match tokio::time::timeout(std::time::Duration::from_secs(30), projector).await {
+        Ok(Ok(Ok(_))) => say("projector stopped"),
+        Ok(Ok(Err(error))) => tracing::error!(%error, "projector ended with an error"),
+        Ok(Err(error)) => tracing::error!(%error, "projector task failed"),
+        Err(_) => tracing::error!("projector did not stop within 30 s"),
+    }
     let _ = stop_tx.send(());
     let _ = metrics_task.await;
     client.drain().await.ok();
@@ -102,6 +178,70 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     }
     say("stopped");
     Ok(())
+}
+
+/// Ingest's settings from the configuration.
+fn ingest_settings(config: &Config) -> IngestSettings {
+    let mut settings = IngestSettings::new(&config.data_dir);
+    settings.checkpoint.origin = config.ledger.origin.clone();
+    settings.checkpoint.every = config.ledger.checkpoint_every;
+    settings.checkpoint.interval = std::time::Duration::from_millis(config.ledger.checkpoint_interval_ms);
+    settings.tiles = config.tiles_location();
+    settings.key_file = config.checkpoint_key_file();
+    settings
+}
+
+/// Waits until the projection covers `seq`; returns its invocations counted by state.
+async fn wait_for_projection(data_dir: &std::path::Path, seq: u64) -> anyhow::Result<String> {
+    let generations = toolledger_projector::Generations::new(data_dir);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let current = generations.current()?;
+        let summary = match current {
+            Some(generation) => {
+                let database = generation.database();
+                tokio::task::spawn_blocking(move || -> anyhow::Result<Option<String>> {
+                    let store = toolledger_projector::Store::open_readonly(&database)?;
+                    if store.position()? < seq {
+                        return Ok(None);
+                    }
+                    let mut statement = store
+                        .connection()
+                        .prepare("SELECT state, count(*) FROM invocations GROUP BY state ORDER BY count(*) DESC, state")?;
+                    let counts = statement
+                        .query_map([], |row| Ok(format!("{} {}", row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok(Some(counts.join(", ")))
+                })
+                .await??
+            }
+            None => None,
+        };
+        if let Some(summary) = summary {
+            return Ok(summary);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the projector did not reach seq {seq}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until ingest has taken everything from ATL_INBOUND; returns the ledger's size.
+async fn wait_for_ingest(js: &async_nats::jetstream::Context) -> anyhow::Result<u64> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let inbound = js.get_stream(INBOUND).await?.info().await?.state.messages;
+        if inbound == 0 {
+            return Ok(js.get_stream(LEDGER).await?.info().await?.state.last_sequence);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "ingest left {inbound} messages in ATL_INBOUND"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Publishes one generated session (every event class, binary-mode CloudEvents) as a producer would.

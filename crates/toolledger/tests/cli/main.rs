@@ -2,6 +2,9 @@
 
 #![allow(clippy::unwrap_used)] // a panic is how a test reports failure
 
+mod faults;
+mod init;
+mod project;
 mod tools;
 mod up;
 mod wire;

@@ -49,6 +49,11 @@ fn up_demo_starts_serves_and_stops_on_sigterm() {
     );
     assert!(stdout.contains("JetStream ready"), "{stdout}");
     assert!(stdout.contains("created stream ATL_INBOUND"), "{stdout}");
+    assert!(stdout.contains("created stream ATL_LEDGER"), "{stdout}");
+    assert!(
+        stdout.contains("demo: ingest drained ATL_INBOUND; the ledger holds"),
+        "{stdout}"
+    );
     assert!(stdout.contains("of 27 classes"), "{stdout}");
     assert!(stdout.contains("0 failed"), "{stdout}");
     assert!(
@@ -79,6 +84,8 @@ fn up_demo_starts_serves_and_stops_on_sigterm() {
         .terminate(Duration::from_secs(30))
         .expect("up exits after SIGTERM");
     assert!(status.success(), "exit {status:?}\n{}", up.stderr());
+    assert!(up.stdout().contains("ingest stopped"), "{}", up.stdout());
+    assert!(up.stdout().contains("projector stopped"), "{}", up.stdout());
     assert!(up.stdout().contains("nats-server stopped"));
     assert!(
         up.stdout().ends_with("toolledger up: stopped\n"),

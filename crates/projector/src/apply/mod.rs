@@ -1,0 +1,389 @@
+//! Applying one ledger entry to the projection, inside the caller's transaction.
+//!
+//! ```text
+//! entry bytes ─▶ LedgerEntry::from_bytes ─▶ events row (always; `problem` when it goes no further)
+//!             ─▶ class ─▶ contract(class) ─▶ Data::decode_for ─▶ sessions
+//!                  ├─ invocation classes ─▶ state::step ─▶ invocations, transitions, anomalies,
+//!                  │                          inputs and mutations, decisions, hooks, progress, results
+//!                  ├─ tool.declared / surface / deferred ─▶ catalog (unknown values ─▶ anomalies)
+//!                  └─ toolledger.* ─▶ quarantine receipts, access reads, erasures
+//! ```
+//!
+//! Events carry snapshots that may be partial: objects are merged field by field in ledger order
+//! ([`merge`]), and the typed columns are read from the merged object.
+
+mod catalog;
+mod invocation;
+
+use rusqlite::{Transaction, params};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use toolledger_schemas::contract::LedgerRecord;
+use toolledger_schemas::state::{self, Config as StateConfig, InvocationTrack};
+use toolledger_schemas::{Anomaly, Data, Effect, EventClass, EventFacts, EventTime, contract};
+use toolledger_wire::LedgerEntry;
+
+use crate::error::{Result, SqlContext};
+
+/// What every part of the projection knows about the entry being applied.
+pub(crate) struct Ctx<'t> {
+    pub tx: &'t Transaction<'t>,
+    pub seq: i64,
+    pub class: EventClass,
+    pub tenant: String,
+    pub session: Option<String>,
+    pub subject: Option<String>,
+    pub time: Option<String>,
+    pub ext_invocation: Option<String>,
+    pub ext_tool: Option<String>,
+    /// The raw `data` object (merging works on it, so unknown fields are kept).
+    pub raw: Map<String, Value>,
+    /// Anomalies recorded for this entry so far (their `idx`).
+    pub anomalies: i64,
+}
+
+impl Ctx<'_> {
+    /// Records anomalies for this entry, in order.
+    pub fn record_anomalies(&mut self, invocation_id: Option<&str>, anomalies: &[Anomaly]) -> Result<()> {
+        for anomaly in anomalies {
+            let details = serde_json::to_string(anomaly).unwrap_or_default();
+            self.tx
+                .prepare_cached(
+                    "INSERT INTO anomalies (seq, idx, kind, tenant, invocation_id, subject, details)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )
+                .sql("prepare anomaly")?
+                .execute(params![
+                    self.seq,
+                    self.anomalies,
+                    anomaly.kind().as_str(),
+                    self.tenant,
+                    invocation_id,
+                    self.subject,
+                    details
+                ])
+                .sql("insert anomaly")?;
+            self.anomalies += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Applies the entry at `seq`; returns its leaf hash (hex).
+pub(crate) fn apply_entry(
+    tx: &Transaction<'_>,
+    seq: u64,
+    bytes: &[u8],
+    state: &StateConfig,
+) -> Result<String> {
+    let leaf = toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes));
+    let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+    let json = match LedgerEntry::from_bytes(bytes).and_then(|entry| entry.to_json()) {
+        Ok(json) => json,
+        Err(error) => {
+            tracing::warn!(seq, %error, "ledger entry does not decode; indexed with its problem");
+            insert_problem_event(tx, seq, &leaf, &format!("not a ledger entry: {error}"))?;
+            return Ok(leaf);
+        }
+    };
+    let event = json.get("event").cloned().unwrap_or(Value::Null);
+    let ledger = json.get("ledger").cloned().unwrap_or(Value::Null);
+    let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
+    let class_name = text("type");
+    let tenant = text("tenant").unwrap_or_default();
+    let time = text("time");
+    let time_ns = time.as_deref().and_then(EventTime::parse_rfc3339).map(|t| t.0);
+    let data = event.get("data").cloned().unwrap_or(Value::Null);
+
+    let mut problem = None;
+    let class = match class_name.as_deref().map(str::parse::<EventClass>) {
+        Some(Ok(class)) => Some(class),
+        Some(Err(error)) => {
+            problem = Some(error.to_string());
+            None
+        }
+        None => {
+            problem = Some("the event has no type".to_owned());
+            None
+        }
+    };
+    let decoded = class.and_then(|class| match Data::decode_for(class, &data) {
+        Ok(decoded) => Some(decoded),
+        Err(error) => {
+            problem = Some(format!(
+                "data does not decode as {}: {error}",
+                contract(class).data
+            ));
+            None
+        }
+    });
+    let session =
+        text("sessionid").or_else(|| decoded.as_ref().and_then(Data::session_id).map(str::to_owned));
+    let is_invocation_event = class.is_some_and(|c| contract(c).is_invocation_event());
+    let invocation_id = text("invocationid").or_else(|| {
+        is_invocation_event
+            .then(|| {
+                decoded
+                    .as_ref()
+                    .and_then(Data::subject)
+                    .map(str::to_owned)
+                    .or_else(|| text("subject"))
+            })
+            .flatten()
+    });
+    let json_text = |value: Option<&Value>| value.filter(|v| !v.is_null()).map(Value::to_string);
+    tx.prepare_cached(
+        "INSERT INTO events (seq, leaf_hash, event_id, source, class, tenant, session_id, subject,
+            invocation_id, tool_id, event_time, event_time_ns, ingested_at, origin, traceparent, tracestate,
+            trace_refs, payload_refs, scrubbed_paths, problem)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+    )
+    .sql("prepare event")?
+    .execute(params![
+        seq,
+        leaf,
+        text("id"),
+        text("source"),
+        class_name,
+        tenant,
+        session,
+        text("subject"),
+        invocation_id,
+        text("toolid"),
+        time,
+        time_ns,
+        ledger.get("ingested_at").and_then(Value::as_str),
+        ledger.get("origin").and_then(Value::as_str),
+        text("traceparent"),
+        text("tracestate"),
+        json_text(ledger.get("trace_refs")),
+        json_text(ledger.get("payload_refs")).unwrap_or_else(|| "[]".to_owned()),
+        json_text(ledger.get("scrubbed_paths")).unwrap_or_else(|| "[]".to_owned()),
+        problem
+    ])
+    .sql("insert event")?;
+
+    if let Some(session) = &session {
+        upsert_session(tx, &tenant, session, seq, time.as_deref(), time_ns)?;
+    }
+    let (Some(class), Some(decoded)) = (class, decoded) else {
+        return Ok(leaf);
+    };
+    let mut ctx = Ctx {
+        tx,
+        seq,
+        class,
+        tenant,
+        session,
+        subject: text("subject"),
+        time,
+        ext_invocation: invocation_id,
+        ext_tool: text("toolid"),
+        raw: match data {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        },
+        anomalies: 0,
+    };
+    let facts = EventFacts::from_data(
+        class,
+        seq.try_into().unwrap_or(0),
+        time_ns.map(EventTime),
+        &decoded,
+    );
+    if is_invocation_event {
+        invocation::apply(&mut ctx, &decoded, &facts, state)?;
+        return Ok(leaf);
+    }
+    // Declarations, surfaces, deferred refs and the ledger's own records: the state machine only
+    // reports their unknown values.
+    let outcome = state::step(&InvocationTrack::default(), &facts, state);
+    ctx.record_anomalies(None, &outcome.anomalies)?;
+    match (contract(class).effect, &decoded) {
+        (Effect::CatalogDeclaration, Data::ToolDeclaration(declaration)) => {
+            catalog::declare(&mut ctx, declaration)?;
+        }
+        (Effect::SurfaceRevision, Data::ToolSurface(_)) => catalog::surface(&mut ctx)?,
+        (Effect::DeferredRef, Data::DeferredTool(_)) => catalog::deferred(&mut ctx)?,
+        (Effect::LedgerOwn(LedgerRecord::Quarantine), Data::QuarantineRecorded(receipt)) => {
+            let data = Value::Object(ctx.raw.clone()).to_string();
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO quarantine_receipts (receipt_id, tenant, reason, detail, digest,
+                    size_bytes, quarantine_subject, quarantine_seq, inbound_subject, event_id, event_source,
+                    quarantined_at, seq, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            )
+            .sql("prepare quarantine receipt")?
+            .execute(params![
+                receipt.receipt_id,
+                receipt.tenant,
+                receipt.reason,
+                receipt.detail,
+                receipt.digest,
+                receipt.size_bytes.as_i64(),
+                receipt.quarantine_subject,
+                receipt
+                    .quarantine_seq
+                    .as_ref()
+                    .and_then(serde_json::Number::as_i64),
+                receipt.inbound_subject,
+                receipt.event_id,
+                receipt.event_source,
+                receipt.quarantined_at,
+                seq,
+                data
+            ])
+            .sql("insert quarantine receipt")?;
+        }
+        (Effect::LedgerOwn(LedgerRecord::Access), Data::AccessRead(read)) => {
+            let data = Value::Object(ctx.raw.clone()).to_string();
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO access_reads (access_id, tenant, principal, endpoint, invocation_ids,
+                    session_ids, query, row_count, read_at, seq, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )
+            .sql("prepare access read")?
+            .execute(params![
+                read.access_id,
+                read.tenant,
+                read.principal,
+                read.endpoint,
+                to_json(&read.invocation_ids),
+                to_json(&read.session_ids),
+                read.query,
+                read.row_count.as_ref().and_then(serde_json::Number::as_i64),
+                read.read_at,
+                seq,
+                data
+            ])
+            .sql("insert access read")?;
+        }
+        (Effect::LedgerOwn(LedgerRecord::Erasure), Data::ErasureCompleted(erasure)) => {
+            let data = Value::Object(ctx.raw.clone()).to_string();
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO erasures (erasure_id, blob_ids, invocation_ids, session_ids, reason,
+                    authority, requested_by, completed_at, seq, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )
+            .sql("prepare erasure")?
+            .execute(params![
+                erasure.erasure_id,
+                serde_json::to_string(&erasure.blob_ids).unwrap_or_default(),
+                to_json(&erasure.invocation_ids),
+                to_json(&erasure.session_ids),
+                erasure.reason,
+                erasure.authority,
+                erasure.requested_by,
+                erasure.completed_at,
+                seq,
+                data
+            ])
+            .sql("insert erasure")?;
+        }
+        _ => {}
+    }
+    Ok(leaf)
+}
+
+fn insert_problem_event(tx: &Transaction<'_>, seq: i64, leaf: &str, problem: &str) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO events (seq, leaf_hash, payload_refs, scrubbed_paths, problem)
+         VALUES (?1, ?2, '[]', '[]', ?3)",
+    )
+    .sql("prepare problem event")?
+    .execute(params![seq, leaf, problem])
+    .sql("insert problem event")?;
+    Ok(())
+}
+
+fn upsert_session(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    session: &str,
+    seq: i64,
+    time: Option<&str>,
+    time_ns: Option<i64>,
+) -> Result<()> {
+    // In an upsert the bare column names are the stored row, `excluded.*` the new one.
+    tx.prepare_cached(
+        "INSERT INTO sessions (tenant, session_id, first_seq, last_seq, first_time, first_time_ns,
+            last_time, last_time_ns, event_count)
+         VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?4, ?5, 1)
+         ON CONFLICT (tenant, session_id) DO UPDATE SET
+            last_seq = excluded.last_seq,
+            event_count = event_count + 1,
+            first_time = CASE WHEN excluded.first_time_ns < coalesce(first_time_ns, excluded.first_time_ns + 1)
+                THEN excluded.first_time ELSE first_time END,
+            first_time_ns = CASE WHEN excluded.first_time_ns < coalesce(first_time_ns, excluded.first_time_ns + 1)
+                THEN excluded.first_time_ns ELSE first_time_ns END,
+            last_time = CASE WHEN excluded.last_time_ns > coalesce(last_time_ns, excluded.last_time_ns - 1)
+                THEN excluded.last_time ELSE last_time END,
+            last_time_ns = CASE WHEN excluded.last_time_ns > coalesce(last_time_ns, excluded.last_time_ns - 1)
+                THEN excluded.last_time_ns ELSE last_time_ns END",
+    )
+    .sql("prepare session")?
+    .execute(params![tenant, session, seq, time, time_ns])
+    .sql("upsert session")?;
+    Ok(())
+}
+
+/// Merges `update` into `base` field by field: later fields win, except the `keep_first` ones,
+/// which keep the value first seen.
+pub(crate) fn merge(base: &mut Map<String, Value>, update: &Map<String, Value>, keep_first: &[&str]) {
+    for (key, value) in update {
+        if keep_first.contains(&key.as_str()) && base.contains_key(key) {
+            continue;
+        }
+        base.insert(key.clone(), value.clone());
+    }
+}
+
+/// The stored JSON object in `column` of the row `where_sql` selects, with the row's `first_seq`.
+pub(crate) fn load_object(
+    tx: &Transaction<'_>,
+    table: &str,
+    where_sql: &str,
+    keys: &[&dyn rusqlite::ToSql],
+) -> Result<Option<(Map<String, Value>, i64)>> {
+    // Tables with one row per record keep the record's first entry as `first_seq`; the others have
+    // one entry per row (`seq`).
+    let first = match table {
+        "permission_requests" | "progress" | "result_persistence" => "seq",
+        _ => "first_seq",
+    };
+    let sql = format!("SELECT data, {first} FROM {table} WHERE {where_sql}");
+    let mut stmt = tx.prepare_cached(&sql).sql("prepare load")?;
+    let mut rows = stmt.query(keys).sql("load")?;
+    let Some(row) = rows.next().sql("load row")? else {
+        return Ok(None);
+    };
+    let data: String = row.get(0).sql("load data")?;
+    let first_seq: i64 = row.get(1).sql("load first_seq")?;
+    let object = match serde_json::from_str(&data) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    Ok(Some((object, first_seq)))
+}
+
+/// Decodes a merged object into its typed form; falls back to `fallback` when the merge made it
+/// undecodable (it cannot, for objects valid under their schema, but a bad merge must not panic).
+pub(crate) fn typed<T: DeserializeOwned + Clone>(merged: &Map<String, Value>, fallback: &T) -> T {
+    T::deserialize(Value::Object(merged.clone())).unwrap_or_else(|_| fallback.clone())
+}
+
+/// JSON text of an optional value (`None` stays NULL).
+pub(crate) fn to_json<T: Serialize>(value: &Option<T>) -> Option<String> {
+    value.as_ref().and_then(|v| serde_json::to_string(v).ok())
+}
+
+/// A scalar JSON value as text (strings verbatim); `None` for arrays, objects and null.
+pub(crate) fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}

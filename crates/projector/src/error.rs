@@ -1,0 +1,85 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// What can go wrong while projecting the ledger.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A SQLite statement or transaction failed.
+    #[error("sqlite ({context}): {source}")]
+    Sqlite {
+        /// What the projector was doing.
+        context: String,
+        /// The SQLite error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A file or directory of the projection could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The ledger stream could not be read.
+    #[error("ledger stream {stream}: {reason}")]
+    Ledger {
+        /// The stream's name.
+        stream: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The ledger skipped a sequence. ATL_LEDGER denies deletes, so a gap means the stream was
+    /// tampered with or misconfigured; the projection stops rather than silently miss an entry.
+    #[error("ledger gap: the projection is at seq {position}, the next entry read is seq {next}")]
+    LedgerGap {
+        /// The projection's position.
+        position: u64,
+        /// The sequence that was read.
+        next: u64,
+    },
+    /// The database was written by a build with another schema: rebuild it.
+    #[error("{path} has projection schema {found}, this build writes {expected}: run `toolledger rebuild`")]
+    SchemaVersion {
+        /// The database file.
+        path: PathBuf,
+        /// The version found.
+        found: String,
+        /// The version this build writes.
+        expected: String,
+    },
+    /// The `current` pointer of the projections directory names no usable generation.
+    #[error("generation pointer {path}: {reason}")]
+    BadPointer {
+        /// The pointer file.
+        path: PathBuf,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// The SQLite writer thread stopped unexpectedly.
+    #[error("projection writer stopped: {reason}")]
+    WriterStopped {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Adds a context to SQLite errors: `.sql("insert events")?`.
+pub(crate) trait SqlContext<T> {
+    fn sql(self, context: &str) -> Result<T>;
+}
+
+impl<T> SqlContext<T> for rusqlite::Result<T> {
+    fn sql(self, context: &str) -> Result<T> {
+        self.map_err(|source| Error::Sqlite {
+            context: context.to_owned(),
+            source,
+        })
+    }
+}

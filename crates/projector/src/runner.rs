@@ -1,0 +1,432 @@
+//! The services: `project` (follow the ledger into the current generation) and `rebuild` (a new
+//! generation from seq 1, then switch).
+//!
+//! ```text
+//!  async (tokio)                                         dedicated thread (rusqlite)
+//!  ATL_LEDGER ─▶ ordered consumer from position+1          ┌──────────────────────────────┐
+//!     ─▶ ready_chunks(batch_size) ─▶ Vec<RawEntry> ──────▶ │ bounded channel (4 batches)   │
+//!                                                          │ Store::apply_batch: rows and  │
+//!  select: shutdown | generation switched | next chunk     │ position in one transaction   │
+//!                                                          └──────────────────────────────┘
+//! ```
+//!
+//! The position in SQLite is authoritative: every start (and every restart after a consumer error)
+//! reads it and creates a fresh ordered consumer from the entry after it. No durable consumer state
+//! exists on the server, so nothing there can disagree with the database.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicI64;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer};
+use futures::StreamExt;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::mpsc;
+use toolledger_core::telemetry::Telemetry;
+use toolledger_schemas::state::Config as StateConfig;
+use toolledger_wire::streams::LEDGER;
+
+use crate::error::{Error, Result};
+use crate::generation::{Generation, Generations};
+use crate::store::{RawEntry, Store};
+
+/// Batches in flight between the NATS reader and the SQLite writer. Four lets the reader fetch the
+/// next batches while one commits (the commit's fsync is the slow part) without holding more than
+/// a few thousand entries in memory; when SQLite falls behind, the reader waits on the channel and
+/// the ordered consumer stops pulling.
+pub const CHANNEL_CAPACITY: usize = 4;
+
+/// How the projector runs.
+#[derive(Clone)]
+pub struct Options {
+    /// The data directory; projections live in `<data_dir>/projections`.
+    pub data_dir: PathBuf,
+    /// Most entries per SQLite transaction.
+    pub batch_size: usize,
+    /// The state machine's knobs (out-of-order skew).
+    pub state: StateConfig,
+    /// How often a progress line is logged while entries are applied.
+    pub progress_every: Duration,
+    /// Where to register the position and lag gauges, if anywhere.
+    pub telemetry: Option<Telemetry>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("data_dir", &self.data_dir)
+            .field("batch_size", &self.batch_size)
+            .field("state", &self.state)
+            .field("progress_every", &self.progress_every)
+            .field("telemetry", &self.telemetry.is_some())
+            .finish()
+    }
+}
+
+impl Options {
+    /// Defaults for `data_dir`: batches of 500, a 5 s skew, progress every 5 s, no metrics.
+    pub fn new(data_dir: PathBuf) -> Options {
+        Options {
+            data_dir,
+            batch_size: 500,
+            state: StateConfig::default(),
+            progress_every: Duration::from_secs(5),
+            telemetry: None,
+        }
+    }
+}
+
+/// How [`run`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    /// The generation written last.
+    pub generation: Generation,
+    /// Its position when the run stopped.
+    pub position: u64,
+}
+
+/// What [`rebuild`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebuildSummary {
+    /// The new generation.
+    pub generation: Generation,
+    /// Its position: the ledger's last sequence when the rebuild started.
+    pub position: u64,
+    /// Whether `current` now names it (false when shutdown came first; the directory is removed).
+    pub switched: bool,
+}
+
+/// Position and lag, shared with the writer thread and exported as gauges.
+#[derive(Clone, Default)]
+struct Meter {
+    position: Gauge<i64, AtomicI64>,
+    lag: Gauge<i64, AtomicI64>,
+}
+
+impl Meter {
+    fn new(telemetry: Option<&Telemetry>) -> Meter {
+        let meter = Meter::default();
+        if let Some(telemetry) = telemetry {
+            telemetry.register(|registry| {
+                registry.register(
+                    "projector_position",
+                    "Ledger sequence of the last entry in the current projection",
+                    meter.position.clone(),
+                );
+                registry.register(
+                    "projector_lag",
+                    "Ledger entries not yet applied to the projection",
+                    meter.lag.clone(),
+                );
+            });
+        }
+        meter
+    }
+}
+
+fn ledger_error(reason: impl std::fmt::Display) -> Error {
+    Error::Ledger {
+        stream: LEDGER.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+/// The ledger's last sequence.
+async fn last_sequence(js: &jetstream::Context) -> Result<u64> {
+    let mut stream = js.get_stream(LEDGER).await.map_err(ledger_error)?;
+    let info = stream.info().await.map_err(ledger_error)?;
+    Ok(info.state.last_sequence)
+}
+
+/// Why a pump ended.
+enum PumpEnd {
+    /// Shutdown was asked for.
+    Shutdown,
+    /// Another generation became current.
+    Switched,
+    /// The target sequence was applied.
+    Reached,
+    /// The consumer failed; start again from the stored position.
+    Restart,
+}
+
+/// Reads the ledger from `store`'s position + 1 and applies it until `until` (when given), a
+/// shutdown, a generation switch (when `watch` is given) or a consumer error. Returns the store.
+async fn pump<S: Future<Output = ()>>(
+    js: &jetstream::Context,
+    store: Store,
+    until: Option<u64>,
+    options: &Options,
+    meter: &Meter,
+    mut shutdown: std::pin::Pin<&mut S>,
+    watch: Option<(&Generations, u64)>,
+) -> Result<(PumpEnd, Store)> {
+    let from = store.position()? + 1;
+    if until.is_some_and(|until| from > until) {
+        return Ok((PumpEnd::Reached, store));
+    }
+    let stream = js.get_stream(LEDGER).await.map_err(ledger_error)?;
+    let ordered = stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            deliver_policy: consumer::DeliverPolicy::ByStartSequence { start_sequence: from },
+            ..Default::default()
+        })
+        .await
+        .map_err(ledger_error)?;
+    let messages = ordered.messages().await.map_err(ledger_error)?;
+    let mut chunks = messages.ready_chunks(options.batch_size.max(1));
+
+    let (tx, rx) = mpsc::channel::<Vec<RawEntry>>(CHANNEL_CAPACITY);
+    let writer = spawn_writer(store, rx, meter.clone(), options.progress_every);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    let end = loop {
+        let chunk = tokio::select! {
+            biased;
+            () = shutdown.as_mut() => break PumpEnd::Shutdown,
+            _ = tick.tick() => {
+                if let Some((generations, ours)) = watch
+                    && generations.current()?.is_some_and(|g| g.number != ours)
+                {
+                    break PumpEnd::Switched;
+                }
+                continue;
+            }
+            chunk = chunks.next() => chunk,
+        };
+        let Some(chunk) = chunk else {
+            tracing::warn!("ledger consumer ended; restarting from the stored position");
+            break PumpEnd::Restart;
+        };
+        let mut batch = Vec::with_capacity(chunk.len());
+        let mut failed = None;
+        let mut reached = false;
+        for message in chunk {
+            let message = match message {
+                Ok(message) => message,
+                Err(error) => {
+                    failed = Some(error.to_string());
+                    break;
+                }
+            };
+            let info = match message.info() {
+                Ok(info) => (info.stream_sequence, info.pending),
+                Err(error) => {
+                    failed = Some(error.to_string());
+                    break;
+                }
+            };
+            if until.is_some_and(|until| info.0 > until) {
+                reached = true;
+                break;
+            }
+            meter.lag.set(i64::try_from(info.1).unwrap_or(i64::MAX));
+            batch.push(RawEntry {
+                seq: info.0,
+                bytes: message.payload.to_vec(),
+            });
+            if until == Some(info.0) {
+                reached = true;
+                break;
+            }
+        }
+        if !batch.is_empty() {
+            tokio::select! {
+                biased;
+                () = shutdown.as_mut() => break PumpEnd::Shutdown,
+                sent = tx.send(batch) => if sent.is_err() {
+                    // The writer stopped: its result says why.
+                    break PumpEnd::Restart;
+                },
+            }
+        }
+        if let Some(error) = failed {
+            tracing::warn!(%error, "ledger consumer failed; restarting from the stored position");
+            break PumpEnd::Restart;
+        }
+        if reached {
+            break PumpEnd::Reached;
+        }
+    };
+    drop(tx);
+    let store = tokio::task::spawn_blocking(move || writer.join())
+        .await
+        .map_err(|e| Error::WriterStopped {
+            reason: e.to_string(),
+        })?
+        .map_err(|_| Error::WriterStopped {
+            reason: "the writer thread panicked".to_owned(),
+        })??;
+    Ok((end, store))
+}
+
+/// The SQLite writer: applies batches as they come, one transaction each, until the channel
+/// closes; logs progress with its rate.
+fn spawn_writer(
+    mut store: Store,
+    mut rx: mpsc::Receiver<Vec<RawEntry>>,
+    meter: Meter,
+    progress_every: Duration,
+) -> std::thread::JoinHandle<Result<Store>> {
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let mut last_log = started;
+        let mut applied_since_log = 0u64;
+        let mut applied = 0u64;
+        while let Some(batch) = rx.blocking_recv() {
+            let before = store.position()?;
+            let position = store.apply_batch(&batch)?;
+            let done = position - before;
+            applied += done;
+            applied_since_log += done;
+            meter.position.set(i64::try_from(position).unwrap_or(i64::MAX));
+            let since = last_log.elapsed();
+            if since >= progress_every {
+                let rate = applied_since_log as f64 / since.as_secs_f64();
+                tracing::info!(
+                    position,
+                    applied,
+                    lag = meter.lag.get(),
+                    rate = %format!("{rate:.0}/s"),
+                    "projecting"
+                );
+                last_log = Instant::now();
+                applied_since_log = 0;
+            }
+        }
+        if applied > 0 {
+            let secs = started.elapsed().as_secs_f64();
+            tracing::info!(
+                position = store.position()?,
+                applied,
+                rate = %format!("{:.0}/s", applied as f64 / secs.max(1e-9)),
+                "projection writer stopped"
+            );
+        }
+        Ok(store)
+    })
+}
+
+/// Runs `project`: follows ATL_LEDGER into the current generation (creating `gen-1` on first use)
+/// until `shutdown` completes. When `rebuild` switches generations, it reopens the new one and
+/// continues from that one's position.
+pub async fn run(
+    client: async_nats::Client,
+    options: &Options,
+    shutdown: impl Future<Output = ()>,
+) -> Result<RunSummary> {
+    let js = jetstream::new(client);
+    let generations = Generations::new(&options.data_dir);
+    let meter = Meter::new(options.telemetry.as_ref());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let generation = generations.current_or_init()?;
+        let database = generation.database();
+        let state = options.state;
+        let store = tokio::task::spawn_blocking(move || Store::open(&database, state))
+            .await
+            .map_err(|e| Error::WriterStopped {
+                reason: e.to_string(),
+            })??;
+        let start = store.position()?;
+        meter.position.set(i64::try_from(start).unwrap_or(i64::MAX));
+        if let Some(telemetry) = &options.telemetry {
+            telemetry.health().ok(
+                "projector",
+                format!("{} from seq {}", generation.name(), start + 1),
+            );
+        }
+        tracing::info!(generation = %generation.name(), position = start, "projecting the ledger");
+        let pumped = pump(
+            &js,
+            store,
+            None,
+            options,
+            &meter,
+            shutdown.as_mut(),
+            Some((&generations, generation.number)),
+        )
+        .await;
+        let (end, store) = match pumped {
+            Ok(pumped) => pumped,
+            // The ledger is unreachable or not created yet: a service waits for it. SQLite errors
+            // and gaps stay fatal.
+            Err(error @ Error::Ledger { .. }) => {
+                tracing::warn!(%error, "cannot read the ledger; retrying in 1s");
+                if let Some(telemetry) = &options.telemetry {
+                    telemetry.health().failing("projector", error.to_string());
+                }
+                tokio::select! {
+                    () = shutdown.as_mut() => return Ok(RunSummary { generation, position: start }),
+                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+            Err(error) => return Err(error),
+        };
+        let position = store.position()?;
+        match end {
+            PumpEnd::Shutdown | PumpEnd::Reached => return Ok(RunSummary { generation, position }),
+            PumpEnd::Switched => {
+                tracing::info!(from = %generation.name(), "current generation switched; reopening");
+            }
+            PumpEnd::Restart => {
+                tokio::select! {
+                    () = shutdown.as_mut() => return Ok(RunSummary { generation, position }),
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Runs `rebuild`: a new generation from seq 1 up to the ledger's last sequence at the start, then
+/// `current` switches to it. A shutdown first leaves `current` alone and removes the new directory.
+pub async fn rebuild(
+    client: async_nats::Client,
+    options: &Options,
+    shutdown: impl Future<Output = ()>,
+) -> Result<RebuildSummary> {
+    let js = jetstream::new(client);
+    let generations = Generations::new(&options.data_dir);
+    let meter = Meter::new(options.telemetry.as_ref());
+    let target = last_sequence(&js).await?;
+    let generation = generations.create_next()?;
+    tracing::info!(generation = %generation.name(), target, "rebuilding the projection");
+    let database = generation.database();
+    let state = options.state;
+    let mut store = tokio::task::spawn_blocking(move || Store::open(&database, state))
+        .await
+        .map_err(|e| Error::WriterStopped {
+            reason: e.to_string(),
+        })??;
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (end, returned) =
+            pump(&js, store, Some(target), options, &meter, shutdown.as_mut(), None).await?;
+        store = returned;
+        match end {
+            PumpEnd::Reached => break,
+            PumpEnd::Restart => tokio::time::sleep(Duration::from_secs(1)).await,
+            PumpEnd::Shutdown | PumpEnd::Switched => {
+                drop(store);
+                let _ = std::fs::remove_dir_all(&generation.dir);
+                return Ok(RebuildSummary {
+                    generation,
+                    position: 0,
+                    switched: false,
+                });
+            }
+        }
+    }
+    let position = store.position()?;
+    drop(store);
+    generations.switch_to(&generation)?;
+    tracing::info!(generation = %generation.name(), position, "rebuild complete; current switched");
+    Ok(RebuildSummary {
+        generation,
+        position,
+        switched: true,
+    })
+}

@@ -1,0 +1,105 @@
+//! A test ledger: generated events appended to ATL_LEDGER as canonical entries.
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream};
+use serde_json::{Value, json};
+use toolledger_projector::{Generations, Store};
+use toolledger_wire::streams::{LEDGER, LEDGER_SUBJECTS};
+use toolledger_wire::{LedgerEntry, LedgerMetadata};
+
+/// Creates ATL_LEDGER as the contract has it (file storage, `atl.ledger.>`, no limits).
+pub async fn create_ledger(client: async_nats::Client) -> jetstream::Context {
+    let js = jetstream::new(client);
+    js.create_stream(stream::Config {
+        name: LEDGER.to_owned(),
+        subjects: vec![LEDGER_SUBJECTS.to_owned()],
+        storage: stream::StorageType::File,
+        deny_delete: true,
+        deny_purge: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js
+}
+
+/// The canonical ledger entry bytes of a structured CloudEvent, as ingest would append them.
+pub fn entry_bytes(event: &Value) -> Vec<u8> {
+    let tenant = event["tenant"].as_str().unwrap();
+    let class = event["type"].as_str().unwrap();
+    let subject = format!("atl.in.{tenant}.{class}");
+    let decoded = toolledger_wire::decode(&subject, None, &serde_json::to_vec(event).unwrap()).unwrap();
+    let ledger: LedgerMetadata = serde_json::from_value(json!({
+        "ingested_at": event["time"].as_str().unwrap_or("2026-05-08T09:00:00Z"),
+        "origin": "structured",
+        "payload_refs": [],
+        "scrubbed_paths": [],
+    }))
+    .unwrap();
+    LedgerEntry {
+        event: decoded.event,
+        ledger,
+    }
+    .canonical_bytes()
+    .unwrap()
+}
+
+/// A `toolledger.quarantine.recorded` receipt, as ingest appends them under `_system`.
+pub fn quarantine_receipt(n: usize) -> Value {
+    json!({
+        "specversion": "1.0", "id": format!("rcpt-evt-{n}"), "source": "urn:toolledger:ingest",
+        "type": "toolledger.quarantine.recorded", "subject": format!("rcpt-{n}"),
+        "time": "2026-05-08T09:00:01Z", "tenant": "_system", "datacontenttype": "application/json",
+        "data": {"receipt_id": format!("rcpt-{n}"), "digest": format!("sha256:{:064x}", n),
+            "size_bytes": 120 + n, "tenant": "acme", "reason": "schema_violation",
+            "detail": "/data/tool_id: 42 is not a string", "quarantined_at": "2026-05-08T09:00:01Z"}
+    })
+}
+
+/// Appends events in order; returns the stream's last sequence.
+pub async fn append(js: &jetstream::Context, events: &[Value]) -> u64 {
+    let mut last = 0;
+    for chunk in events.chunks(256) {
+        let mut acks = Vec::with_capacity(chunk.len());
+        for event in chunk {
+            let subject = format!(
+                "atl.ledger.{}.{}",
+                event["tenant"].as_str().unwrap(),
+                event["type"].as_str().unwrap()
+            );
+            acks.push(js.publish(subject, entry_bytes(event).into()).await.unwrap());
+        }
+        for ack in acks {
+            last = ack.await.unwrap().sequence;
+        }
+    }
+    last
+}
+
+/// Waits until the current generation's database has applied `seq`; fails early if `runner` ends.
+pub async fn wait_for_position<T: std::fmt::Debug>(
+    data_dir: &std::path::Path,
+    seq: u64,
+    timeout: Duration,
+    runner: &mut tokio::task::JoinHandle<T>,
+) -> u64 {
+    let deadline = Instant::now() + timeout;
+    let mut position = 0;
+    while Instant::now() < deadline {
+        if runner.is_finished() {
+            panic!("the projector stopped early: {:?}", runner.await);
+        }
+        if let Ok(Some(generation)) = Generations::new(data_dir).current()
+            && let Ok(store) = Store::open_readonly(&generation.database())
+            && let Ok(p) = store.position()
+        {
+            position = p;
+            if p >= seq {
+                return p;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("projection reached only seq {position} of {seq} in {timeout:?}");
+}

@@ -1,0 +1,66 @@
+//! The store on its own: exactly-once application, gaps, and entries that do not decode.
+
+use toolledger_projector::{Error, RawEntry, Store};
+use toolledger_schemas::generator::{self, GeneratorConfig};
+
+use crate::ledger;
+
+fn entries(count: usize) -> Vec<RawEntry> {
+    let generated = generator::generate(&GeneratorConfig::default());
+    generated.events[..count]
+        .iter()
+        .enumerate()
+        .map(|(i, event)| RawEntry {
+            seq: i as u64 + 1,
+            bytes: ledger::entry_bytes(event),
+        })
+        .collect()
+}
+
+fn count(store: &Store, table: &str) -> i64 {
+    store
+        .connection()
+        .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn entries_apply_once_a_gap_is_refused_and_bad_bytes_are_indexed_with_their_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.sqlite");
+    let all = entries(40);
+    let mut store = Store::open(&path, Default::default()).unwrap();
+    assert_eq!(store.apply_batch(&all[..10]).unwrap(), 10);
+    // Overlapping redelivery: entries at or below the position are skipped, not applied twice.
+    assert_eq!(store.apply_batch(&all[5..20]).unwrap(), 20);
+    assert_eq!(count(&store, "events"), 20);
+    let tables = store.table_contents().unwrap();
+
+    // A gap fails the whole batch; nothing of it is kept.
+    let gap = [all[20].clone(), all[22].clone()];
+    match store.apply_batch(&gap) {
+        Err(Error::LedgerGap { position, next }) => assert_eq!((position, next), (21, 23)),
+        other => panic!("expected a gap, got {other:?}"),
+    }
+    assert_eq!(store.position().unwrap(), 20);
+    assert_eq!(store.table_contents().unwrap(), tables);
+
+    // Bytes that are not a ledger entry are indexed with the reason and the projection goes on.
+    let bad = RawEntry {
+        seq: 21,
+        bytes: b"{\"not\": \"an entry\"}".to_vec(),
+    };
+    assert_eq!(store.apply_batch(&[bad]).unwrap(), 21);
+    let problem: String = store
+        .connection()
+        .query_row("SELECT problem FROM events WHERE seq = 21", [], |r| r.get(0))
+        .unwrap();
+    assert!(problem.starts_with("not a ledger entry"), "{problem}");
+    assert_eq!(store.apply_batch(&all[21..]).unwrap(), 40);
+    drop(store);
+
+    // Reopened, it resumes from its position.
+    let store = Store::open(&path, Default::default()).unwrap();
+    assert_eq!(store.position().unwrap(), 40);
+    assert_eq!(count(&store, "events"), 40);
+}
