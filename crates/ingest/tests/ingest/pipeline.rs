@@ -307,6 +307,8 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
     mismatch["tenant"] = json!("globex");
     let mut dotted = planned.clone();
     dotted["tenant"] = json!("ac.me");
+    let mut wildcard = planned.clone();
+    wildcard["tenant"] = json!("*");
     let body = structured(&planned);
     let truncated = &body[..body.len() / 2];
     let duplicate_keys = br#"{"specversion":"1.0","id":"x","id":"y","source":"s","type":"tool.declared","tenant":"acme","data":{}}"#;
@@ -327,6 +329,7 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
         ),
         (subject, structured(&mismatch), "tenant_mismatch"),
         (subject, structured(&dotted), "tenant_mismatch"),
+        (subject, structured(&wildcard), "tenant_mismatch"),
         (
             "atl.in.ac$me.tool.invocation.planned",
             structured(&planned),
@@ -599,5 +602,40 @@ async fn a_quarantined_event_is_listed_shown_and_redriven_once_corrected() {
     let stored = ledger(&js).await;
     assert_eq!(stored.len(), 2, "the receipt, then the redriven event");
     assert_eq!(id_of(&stored[1]), events[0]["id"].as_str().unwrap());
+    ingest.stop().await;
+}
+
+#[tokio::test]
+async fn ten_thousand_events_land_exactly_once_in_producer_order() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start(&nats, dir.path());
+    let mut events = Vec::new();
+    let mut seed = 100;
+    while events.len() < 10_000 {
+        let tenants = vec!["acme".into(), "globex".into(), "initech".into()];
+        events.extend(
+            generate(&GeneratorConfig {
+                seed,
+                sessions: 10,
+                tenants,
+                ..Default::default()
+            })
+            .events,
+        );
+        seed += 1;
+    }
+    events.truncate(10_000);
+    publish(&js, &events, Mode::Binary, true).await;
+    drained(&js).await;
+    let ids: Vec<String> = ledger(&js).await.iter().map(id_of).collect();
+    let expected: Vec<String> = events
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 10_000);
+    assert!(ids == expected, "the ledger departs from the producer's order");
     ingest.stop().await;
 }
