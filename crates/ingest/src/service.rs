@@ -395,22 +395,22 @@ impl Session {
                     },
                 );
             }
-            if held.len() < settings.batch_size {
-                let fetched = tokio::select! {
-                    fetched = self.fetch(settings) => fetched?,
-                    _ = stop.changed() => continue,
-                };
-                for message in fetched {
-                    let original = original_of(&message);
-                    // A redelivery replaces the copy in hand: only the latest delivery can be acked.
-                    held.insert(
-                        original.inbound_seq,
-                        Item {
-                            original,
-                            done: Done::Ack(message),
-                        },
-                    );
-                }
+            // Always fetch: the older message a full hold waits for arrives only by redelivery.
+            // What is held is bounded by the consumer's max_ack_pending.
+            let fetched = tokio::select! {
+                fetched = self.fetch(settings) => fetched?,
+                _ = stop.changed() => continue,
+            };
+            for message in fetched {
+                let original = original_of(&message);
+                // A redelivery replaces the copy in hand: only the latest delivery can be acked.
+                held.insert(
+                    original.inbound_seq,
+                    Item {
+                        original,
+                        done: Done::Ack(message),
+                    },
+                );
             }
             if held.is_empty() {
                 self.report_lag(metrics).await;
