@@ -139,6 +139,14 @@ pub fn id_of(entry: &LedgerEntry) -> String {
     toolledger_wire::cloudevents::AttributesReader::id(&entry.event).to_owned()
 }
 
+/// The events' ids, in the order given.
+pub fn ids_of(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 pub fn class_of(entry: &LedgerEntry) -> String {
     toolledger_wire::cloudevents::AttributesReader::ty(&entry.event).to_owned()
 }
@@ -188,10 +196,7 @@ async fn generated_events_land_once_in_order_and_repeats_add_nothing() {
     drained(&js).await;
     let stored = ledger(&js).await;
     let ids: Vec<String> = stored.iter().map(id_of).collect();
-    let expected: Vec<String> = events
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_owned())
-        .collect();
+    let expected = ids_of(&events);
     assert_eq!(ids, expected, "every event once, in publish order");
     for entry in &stored {
         assert!(
@@ -386,10 +391,7 @@ async fn two_ingests_at_once_never_interleave_or_duplicate() {
     publish(&js, &events, Mode::Binary, true).await;
     drained(&js).await;
     let ids: Vec<String> = ledger(&js).await.iter().map(id_of).collect();
-    let expected: Vec<String> = events
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_owned())
-        .collect();
+    let expected = ids_of(&events);
     assert_eq!(ids, expected);
     a.stop().await;
     b.stop().await;
@@ -462,10 +464,7 @@ async fn poison_headers_end_in_quarantine_and_ingest_recovers() {
         .filter(|e| class_of(e) != "toolledger.quarantine.recorded")
         .map(id_of)
         .collect();
-    let expected: Vec<String> = good
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_owned())
-        .collect();
+    let expected = ids_of(&good);
     assert_eq!(
         appended, expected,
         "the good events all landed once despite the broken connections"
@@ -539,10 +538,7 @@ async fn a_nats_server_crash_mid_load_loses_and_duplicates_nothing() {
         .unwrap();
     drained(&js).await;
     let ids: Vec<String> = ledger(&js).await.iter().map(id_of).collect();
-    let expected: Vec<String> = events
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_owned())
-        .collect();
+    let expected = ids_of(&events);
     assert_eq!(
         ids, expected,
         "every acked event once, in order, across the server crash"
@@ -631,10 +627,7 @@ async fn ten_thousand_events_land_exactly_once_in_producer_order() {
     publish(&js, &events, Mode::Binary, true).await;
     drained(&js).await;
     let ids: Vec<String> = ledger(&js).await.iter().map(id_of).collect();
-    let expected: Vec<String> = events
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_owned())
-        .collect();
+    let expected = ids_of(&events);
     assert_eq!(ids.len(), 10_000);
     assert!(ids == expected, "the ledger departs from the producer's order");
     ingest.stop().await;
