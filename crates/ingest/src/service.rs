@@ -246,13 +246,11 @@ pub struct Connector {
 
 impl Connector {
     async fn connect(&self) -> Result<jetstream::Context> {
-        let client = async_nats::ConnectOptions::new()
-            .name(&self.name)
-            .connect(&self.url)
+        let client = toolledger_wire::connect::connect(&self.url, &self.name)
             .await
             .map_err(|e| Error::Stream {
                 stream: "nats".to_owned(),
-                reason: format!("connecting to {}: {e}", self.url),
+                reason: e.to_string(),
             })?;
         Ok(jetstream::new(client))
     }

@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod binding;
+pub mod connect;
 pub mod decode;
 pub mod entry;
 pub mod envelope;

@@ -173,42 +173,14 @@ pub fn nats_url(config: &Config, flag: Option<&str>) -> anyhow::Result<String> {
     )
 }
 
-/// Connects to NATS. Credentials in the URL (`nats://user:password@host:port`) are used to log in, and
-/// the user's replies then come to `_INBOX.<user>.…`: the shipped server configurations
-/// (`deploy/nats/`) let each identity subscribe only under its own inbox prefix.
+/// Connects to NATS as every toolledger command does: credentials and inbox prefix from the URL.
 pub async fn connect(url: &str, name: &str) -> anyhow::Result<async_nats::Client> {
-    let addr: async_nats::ServerAddr = url
-        .parse()
-        .with_context(|| format!("bad NATS URL {}", redacted(url)))?;
-    let mut options = async_nats::ConnectOptions::new().name(name);
-    if let Some(user) = addr.username() {
-        let user = percent_decode(user);
-        let password = addr.password().map(percent_decode).unwrap_or_default();
-        options = options
-            .custom_inbox_prefix(format!("_INBOX.{user}"))
-            .user_and_password(user, password);
-    }
-    options
-        .connect(addr)
-        .await
-        .with_context(|| format!("connecting to NATS at {}", redacted(url)))
+    Ok(toolledger_wire::connect::connect(url, name).await?)
 }
 
-/// The URL without its password, for messages.
+/// `url` with its password replaced by `***`.
 pub fn redacted(url: &str) -> String {
-    match url.parse::<async_nats::ServerAddr>() {
-        Ok(addr) if addr.password().is_some() => {
-            let user = addr.username().unwrap_or_default();
-            format!("{}://{user}:***@{}:{}", addr.scheme(), addr.host(), addr.port())
-        }
-        _ => url.to_owned(),
-    }
-}
-
-fn percent_decode(text: &str) -> String {
-    percent_encoding::percent_decode_str(text)
-        .decode_utf8_lossy()
-        .into_owned()
+    toolledger_wire::connect::redacted(url)
 }
 
 fn say(line: &str) {

@@ -56,7 +56,8 @@ pub async fn run(
         ..options(&config, &args)
     };
     say(&format!(
-        "projecting ATL_LEDGER at {url} into {}; metrics at http://{metrics_addr}/metrics",
+        "projecting ATL_LEDGER at {} into {}; metrics at http://{metrics_addr}/metrics",
+        super::init::redacted(&url),
         toolledger_projector::Generations::new(&config.data_dir)
             .root()
             .display()

@@ -48,8 +48,9 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
 
     let health = telemetry.health().clone();
     let events_health = health.clone();
-    let client = async_nats::ConnectOptions::new()
-        .name("toolledger-up")
+    let shown = toolledger_wire::connect::redacted(&url);
+    let (addr, options) = toolledger_wire::connect::options(&url, "toolledger-up")?;
+    let client = options
         .event_callback(move |event| {
             let health = events_health.clone();
             async move {
@@ -60,17 +61,22 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
                 }
             }
         })
-        .connect(&url)
+        .connect(addr)
         .await
-        .with_context(|| format!("connecting to NATS at {url}"))?;
+        .with_context(|| {
+            format!(
+                "connecting to NATS at {}",
+                toolledger_wire::connect::redacted(&url)
+            )
+        })?;
     let jetstream = async_nats::jetstream::new(client.clone());
     let account = jetstream
         .query_account()
         .await
-        .with_context(|| format!("JetStream is not available at {url}"))?;
+        .with_context(|| format!("JetStream is not available at {shown}"))?;
     health.ok("nats", "connected");
     say(&format!(
-        "connected to {url}: JetStream ready, {} streams",
+        "connected to {shown}: JetStream ready, {} streams",
         account.streams
     ));
 

@@ -482,3 +482,95 @@ fn without_encryption_the_canary_is_on_disk() {
     });
     assert!(!files_containing(nats.store_dir(), CANARY).is_empty());
 }
+
+/// Ingest does everything it needs — lease, consumer, advisory stream, ledger appends,
+/// checkpoints, quarantine — as the shipped config's `ingest` user, with credentials in the URL.
+#[test]
+fn ingest_runs_as_the_shipped_ingest_user() {
+    let conf_dir = tempfile::tempdir().unwrap();
+    let nats = NatsFixture::start_with_config(Some(shipped_single_config(conf_dir.path())));
+    let port = nats.port();
+    let data = tempfile::tempdir().unwrap();
+    let as_user = |user: &str, password: &str| format!("nats://{user}:{password}@127.0.0.1:{port}");
+    let admin_url = as_user("admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD"));
+    let (ok, out, err) = run(
+        data.path(),
+        &["init", "--nats-url", &admin_url, "--tenant", "acme"],
+    );
+    assert!(ok, "admin init failed\n{out}\n{err}");
+
+    let ingest_url = as_user("ingest", secret("TOOLLEDGER_NATS_INGEST_PASSWORD"));
+    let mut ingest = ChildProcess::spawn(
+        toolledger(),
+        ["ingest", "--nats-url", ingest_url.as_str()],
+        &[
+            ("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap()),
+            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
+        ],
+    );
+    let producer_url = as_user("producer_acme", secret("TOOLLEDGER_NATS_PRODUCER_ACME_PASSWORD"));
+    let events = toolledger_schemas::generator::generate(&toolledger_schemas::generator::GeneratorConfig {
+        seed: 12,
+        tenants: vec!["acme".to_owned()],
+        ..Default::default()
+    })
+    .events;
+    runtime().block_on(async {
+        let producer = jetstream::new(
+            toolledger_wire::connect::connect(&producer_url, "producer")
+                .await
+                .unwrap(),
+        );
+        let outgoing = events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let message =
+                    toolledger_wire::produce::prepare(e.clone(), None, toolledger_wire::Mode::Binary)
+                        .unwrap();
+                (format!("event {i}"), message)
+            })
+            .collect();
+        let report = toolledger_wire::produce::publish_all(&producer, outgoing).await;
+        assert!(report.failed.is_empty(), "{:?}", report.failed);
+
+        let admin = quick(login(&nats, "admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD")).await);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let ledger = admin
+                .get_stream("ATL_LEDGER")
+                .await
+                .unwrap()
+                .info()
+                .await
+                .unwrap()
+                .state
+                .messages;
+            if ledger == events.len() as u64 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ledger holds {ledger}\n{}",
+                ingest.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let status = ingest.terminate(Duration::from_secs(30)).expect("ingest stops");
+    assert!(status.success(), "{}", ingest.stderr());
+    let checkpoints = runtime().block_on(async {
+        let admin = quick(login(&nats, "admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD")).await);
+        admin
+            .get_stream("ATL_CHECKPOINTS")
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .state
+            .messages
+    });
+    assert!(checkpoints >= 1, "ingest signs a checkpoint before it stops");
+}
