@@ -46,17 +46,13 @@ fn events(count: usize) -> Vec<serde_json::Value> {
 /// Publishes every event; `fresh` drops the producer's `Nats-Msg-Id` so a second round on the same
 /// server is not absorbed by JetStream's duplicate window.
 async fn publish(js: &jetstream::Context, events: &[serde_json::Value], fresh: bool) -> Duration {
-    let outgoing = events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let mut message = produce::prepare(e.clone(), None, Mode::Binary).unwrap();
-            if fresh {
-                message = message.without_msg_id();
-            }
-            (format!("event {i}"), message)
-        })
-        .collect();
+    let mut outgoing = produce::prepare_all(events, Mode::Binary).unwrap();
+    if fresh {
+        outgoing = outgoing
+            .into_iter()
+            .map(|(at, message)| (at, message.without_msg_id()))
+            .collect();
+    }
     let started = Instant::now();
     let report = produce::publish_all(js, outgoing).await;
     assert!(report.failed.is_empty(), "{:?}", report.failed);

@@ -193,6 +193,16 @@ pub fn prepare(value: Value, tenant: Option<&Tenant>, mode: Mode) -> Result<Outg
     })
 }
 
+/// Prepares every event of `events` — structured CloudEvents or agenttool-event envelopes, each
+/// naming its own tenant — in `mode`, each named `event <index>` for the publish report.
+pub fn prepare_all(events: &[Value], mode: Mode) -> Result<Vec<(String, Outgoing)>> {
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, event)| Ok((format!("event {i}"), prepare(event.clone(), None, mode)?)))
+        .collect()
+}
+
 fn class_of(ty: &str) -> Result<EventClass> {
     EventClass::from_str(ty).map_err(|_| Error::UnknownClass { class: ty.to_owned() })
 }

@@ -96,13 +96,12 @@ impl Drop for Running {
 }
 
 pub async fn publish(js: &jetstream::Context, events: &[Value], mode: Mode, keep_msg_id: bool) {
-    let mut outgoing = Vec::new();
-    for (i, event) in events.iter().enumerate() {
-        let mut message = produce::prepare(event.clone(), None, mode).unwrap();
-        if !keep_msg_id {
-            message = message.without_msg_id();
-        }
-        outgoing.push((format!("event {i}"), message));
+    let mut outgoing = produce::prepare_all(events, mode).unwrap();
+    if !keep_msg_id {
+        outgoing = outgoing
+            .into_iter()
+            .map(|(at, message)| (at, message.without_msg_id()))
+            .collect();
     }
     let report = produce::publish_all(js, outgoing).await;
     assert!(report.failed.is_empty(), "{:?}", report.failed);
@@ -496,18 +495,11 @@ async fn a_nats_server_crash_mid_load_loses_and_duplicates_nothing() {
         tokio::spawn(async move {
             for chunk in events.chunks(25) {
                 // A producer republishes what was not acked, with the same Nats-Msg-Id.
+                // A producer republishes what was not acked, with the same Nats-Msg-Id.
                 loop {
-                    let outgoing = chunk
-                        .iter()
-                        .enumerate()
-                        .map(|(i, e)| {
-                            (
-                                format!("event {i}"),
-                                produce::prepare(e.clone(), None, Mode::Binary).unwrap(),
-                            )
-                        })
-                        .collect();
-                    // A publish caught by the crash may never be answered: bound each attempt.
+                    let outgoing = produce::prepare_all(chunk, Mode::Binary).unwrap();
+                    // A publish caught by the crash may never be answered, and publish_all waits up to
+                    // 10 s for each ack in turn: bound the whole attempt.
                     match tokio::time::timeout(Duration::from_secs(10), produce::publish_all(&js, outgoing))
                         .await
                     {

@@ -262,12 +262,8 @@ async fn publish_demo_session(js: &async_nats::jetstream::Context) -> anyhow::Re
         .iter()
         .filter_map(|e| e["type"].as_str())
         .collect();
-    let mut outgoing = Vec::with_capacity(generated.events.len());
-    for (i, event) in generated.events.iter().enumerate() {
-        let message = toolledger_wire::produce::prepare(event.clone(), None, toolledger_wire::Mode::Binary)
-            .with_context(|| format!("preparing generated event {i}"))?;
-        outgoing.push((format!("event {i}"), message));
-    }
+    let outgoing = toolledger_wire::produce::prepare_all(&generated.events, toolledger_wire::Mode::Binary)
+        .context("preparing the generated events")?;
     let report = toolledger_wire::produce::publish_all(js, outgoing).await;
     say(&format!(
         "demo: published a generated session to ATL_INBOUND: {} events of {} classes ({} new, {} duplicates, {} failed)",

@@ -117,16 +117,7 @@ async fn ingest_killed_at_random_moments_loses_and_duplicates_nothing() {
         tokio::spawn(async move {
             let mut acked = 0;
             for chunk in events.chunks(20) {
-                let outgoing = chunk
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| {
-                        (
-                            format!("event {i}"),
-                            produce::prepare(e.clone(), None, Mode::Binary).unwrap(),
-                        )
-                    })
-                    .collect();
+                let outgoing = produce::prepare_all(chunk, Mode::Binary).unwrap();
                 let report = produce::publish_all(&js, outgoing).await;
                 assert!(report.failed.is_empty(), "{:?}", report.failed);
                 acked += report.published;

@@ -294,31 +294,34 @@ fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
     hits
 }
 
+/// The URL that logs in as `user` of the shipped configuration.
+fn url_as(nats: &NatsFixture, user: &str) -> String {
+    let password = secret(&format!("TOOLLEDGER_NATS_{}_PASSWORD", user.to_ascii_uppercase()));
+    format!("nats://{user}:{password}@127.0.0.1:{}", nats.port())
+}
+
+/// A server on the shipped `single.conf` with the contract made by `init` as admin for `tenants`:
+/// the config's directory, the server, the data directory (with the signing key) and init's output.
+fn secured_and_initialized(tenants: &[&str]) -> (tempfile::TempDir, NatsFixture, tempfile::TempDir, String) {
+    let conf_dir = tempfile::tempdir().unwrap();
+    let nats = NatsFixture::start_with_config(Some(shipped_single_config(conf_dir.path())));
+    let data = tempfile::tempdir().unwrap();
+    let admin_url = url_as(&nats, "admin");
+    let mut args = vec!["init", "--nats-url", admin_url.as_str()];
+    for tenant in tenants {
+        args.extend(["--tenant", tenant]);
+    }
+    let (ok, out, err) = run(data.path(), &args);
+    assert!(ok, "admin init failed\n{out}\n{err}");
+    (conf_dir, nats, data, out)
+}
+
 const CANARY: &[u8] = b"toolledger-canary-3f9a1c: sk_live_not_a_real_secret";
 
 #[test]
 fn shipped_single_node_config_enforces_permissions_and_encrypts_at_rest() {
-    let conf_dir = tempfile::tempdir().unwrap();
-    let nats = NatsFixture::start_with_config(Some(shipped_single_config(conf_dir.path())));
-    let port = nats.port();
-    let data = tempfile::tempdir().unwrap();
-
     // Only admin may create streams; init connects as the user in the URL and never prints its password.
-    let as_user = |user: &str, password: &str| format!("nats://{user}:{password}@127.0.0.1:{port}");
-    let admin_url = as_user("admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD"));
-    let (ok, out, err) = run(
-        data.path(),
-        &[
-            "init",
-            "--nats-url",
-            &admin_url,
-            "--tenant",
-            "acme",
-            "--tenant",
-            "globex",
-        ],
-    );
-    assert!(ok, "admin init failed\n{out}\n{err}");
+    let (_conf, nats, _data, out) = secured_and_initialized(&["acme", "globex"]);
     assert!(out.contains("created stream ATL_LEDGER"), "{out}");
     assert!(!out.contains("admin-pw"), "password printed\n{out}");
 
@@ -487,19 +490,8 @@ fn without_encryption_the_canary_is_on_disk() {
 /// checkpoints, quarantine — as the shipped config's `ingest` user, with credentials in the URL.
 #[test]
 fn ingest_runs_as_the_shipped_ingest_user() {
-    let conf_dir = tempfile::tempdir().unwrap();
-    let nats = NatsFixture::start_with_config(Some(shipped_single_config(conf_dir.path())));
-    let port = nats.port();
-    let data = tempfile::tempdir().unwrap();
-    let as_user = |user: &str, password: &str| format!("nats://{user}:{password}@127.0.0.1:{port}");
-    let admin_url = as_user("admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD"));
-    let (ok, out, err) = run(
-        data.path(),
-        &["init", "--nats-url", &admin_url, "--tenant", "acme"],
-    );
-    assert!(ok, "admin init failed\n{out}\n{err}");
-
-    let ingest_url = as_user("ingest", secret("TOOLLEDGER_NATS_INGEST_PASSWORD"));
+    let (_conf, nats, data, _) = secured_and_initialized(&["acme"]);
+    let ingest_url = url_as(&nats, "ingest");
     let mut ingest = ChildProcess::spawn(
         toolledger(),
         ["ingest", "--nats-url", ingest_url.as_str()],
@@ -509,7 +501,7 @@ fn ingest_runs_as_the_shipped_ingest_user() {
             ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
         ],
     );
-    let producer_url = as_user("producer_acme", secret("TOOLLEDGER_NATS_PRODUCER_ACME_PASSWORD"));
+    let producer_url = url_as(&nats, "producer_acme");
     let events = toolledger_schemas::generator::generate(&toolledger_schemas::generator::GeneratorConfig {
         seed: 12,
         tenants: vec!["acme".to_owned()],
@@ -522,16 +514,7 @@ fn ingest_runs_as_the_shipped_ingest_user() {
                 .await
                 .unwrap(),
         );
-        let outgoing = events
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                let message =
-                    toolledger_wire::produce::prepare(e.clone(), None, toolledger_wire::Mode::Binary)
-                        .unwrap();
-                (format!("event {i}"), message)
-            })
-            .collect();
+        let outgoing = toolledger_wire::produce::prepare_all(&events, toolledger_wire::Mode::Binary).unwrap();
         let report = toolledger_wire::produce::publish_all(&producer, outgoing).await;
         assert!(report.failed.is_empty(), "{:?}", report.failed);
 
