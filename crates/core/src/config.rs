@@ -20,7 +20,7 @@ use crate::{Error, Result};
 pub const CONFIG_FILE_ENV: &str = "TOOLLEDGER_CONFIG";
 
 /// The top-level sections and keys that may be set from the environment.
-const ENV_KEYS: &[&str] = &["data_dir", "nats", "telemetry", "ledger"];
+const ENV_KEYS: &[&str] = &["data_dir", "nats", "telemetry", "ledger", "payloads"];
 
 /// The whole configuration of a toolledger process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,6 +35,40 @@ pub struct Config {
     /// The ledger's tamper evidence: Merkle tiles, the checkpoint signing key, checkpoint cadence.
     #[serde(default)]
     pub ledger: LedgerConfig,
+    /// Where payloads go and which fields move there or are scrubbed.
+    #[serde(default)]
+    pub payloads: PayloadsConfig,
+}
+
+/// Payload offloading and secret scrubbing (DESIGN §5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PayloadsConfig {
+    /// The blob store: a directory, `file:///dir`, `s3://bucket/prefix` (`AWS_*` variables for
+    /// credentials and endpoint) or `memory://`. Default `<data_dir>/blobs`.
+    pub blob_store: Option<String>,
+    /// A payload field whose serialized JSON is larger than this many bytes moves to the blob store.
+    pub offload_threshold_bytes: usize,
+    /// JSON Pointers into the event (`/data/call_input`, `*` matches any segment) whose values always
+    /// move to the blob store, so they can be erased later.
+    pub erasable_paths: Vec<String>,
+    /// JSON Pointers into the event whose values are always scrubbed, besides the built-in secret
+    /// shapes and the fields tool declarations list as sensitive.
+    pub scrub_paths: Vec<String>,
+    /// The largest upload ingest copies in from `ATL_PAYLOADS_<tenant>`.
+    pub max_upload_bytes: u64,
+}
+
+impl Default for PayloadsConfig {
+    fn default() -> Self {
+        Self {
+            blob_store: None,
+            offload_threshold_bytes: 32 * 1024,
+            erasable_paths: Vec::new(),
+            scrub_paths: Vec::new(),
+            max_upload_bytes: 256 * 1024 * 1024,
+        }
+    }
 }
 
 /// The ledger's Merkle tiles and signed checkpoints.
@@ -117,6 +151,7 @@ impl Default for Config {
                 log_format: LogFormat::Text,
             },
             ledger: LedgerConfig::default(),
+            payloads: PayloadsConfig::default(),
         }
     }
 }
@@ -165,6 +200,20 @@ impl Config {
         if self.ledger.checkpoint_interval_ms == 0 {
             return Err(invalid("ledger.checkpoint_interval_ms", "must be at least 1"));
         }
+        for (key, paths) in [
+            ("payloads.erasable_paths", &self.payloads.erasable_paths),
+            ("payloads.scrub_paths", &self.payloads.scrub_paths),
+        ] {
+            if let Some(bad) = paths.iter().find(|p| !p.starts_with('/')) {
+                return Err(invalid(
+                    key,
+                    format!("`{bad}` is not a JSON Pointer (must start with /)"),
+                ));
+            }
+        }
+        if self.payloads.offload_threshold_bytes == 0 {
+            return Err(invalid("payloads.offload_threshold_bytes", "must be at least 1"));
+        }
         tracing_subscriber::EnvFilter::try_new(&self.telemetry.log_filter)
             .map_err(|e| invalid("telemetry.log_filter", e.to_string()))?;
         Ok(())
@@ -176,6 +225,22 @@ impl Config {
             .tiles
             .clone()
             .unwrap_or_else(|| self.data_dir.join("tiles").display().to_string())
+    }
+
+    /// The blob store's URL (`payloads.blob_store`, else `file://<data_dir>/blobs`); a bare path
+    /// becomes a `file://` URL of its absolute form.
+    pub fn blob_store_url(&self) -> String {
+        let location = self
+            .payloads
+            .blob_store
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("blobs").display().to_string());
+        if location.contains("://") {
+            return location;
+        }
+        let path = Path::new(&location);
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        format!("file://{}", path.display())
     }
 
     /// The checkpoint signing key file (`ledger.key_file`, else `<data_dir>/keys/checkpoint.key`).

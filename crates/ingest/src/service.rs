@@ -75,6 +75,8 @@ pub struct IngestSettings {
     pub tiles: String,
     /// The checkpoint signing key made by `toolledger init`.
     pub key_file: PathBuf,
+    /// The largest producer upload copied in from `ATL_PAYLOADS_<tenant>`; larger ones are refused.
+    pub max_upload_bytes: u64,
 }
 
 impl IngestSettings {
@@ -101,7 +103,31 @@ impl IngestSettings {
             checkpoint: CheckpointSettings::new("toolledger/ATL_LEDGER"),
             tiles: data_dir.join("tiles").display().to_string(),
             key_file: data_dir.join("keys/checkpoint.key"),
+            max_upload_bytes: 256 * 1024 * 1024,
         }
+    }
+}
+
+impl IngestSettings {
+    /// Settings from the configuration file: data directory, checkpoints, tiles, signing key, blob
+    /// store, offloading and scrubbing; the rest keep their defaults.
+    pub fn from_config(config: &toolledger_core::config::Config) -> Self {
+        let mut settings = Self::new(&config.data_dir);
+        settings.checkpoint.origin = config.ledger.origin.clone();
+        settings.checkpoint.every = config.ledger.checkpoint_every;
+        settings.checkpoint.interval = Duration::from_millis(config.ledger.checkpoint_interval_ms);
+        settings.tiles = config.tiles_location();
+        settings.key_file = config.checkpoint_key_file();
+        settings.blob_store = config.blob_store_url();
+        settings.offload = OffloadConfig {
+            threshold_bytes: config.payloads.offload_threshold_bytes,
+            erasable_paths: config.payloads.erasable_paths.clone(),
+        };
+        settings.scrub = ScrubConfig {
+            paths: config.payloads.scrub_paths.clone(),
+        };
+        settings.max_upload_bytes = config.payloads.max_upload_bytes;
+        settings
     }
 }
 
@@ -181,7 +207,7 @@ impl Stages {
         Ok(Self {
             scrubber: Mutex::new(scrubber),
             offloader: Offloader::new(store.clone(), &settings.offload),
-            uploads: UploadCollector::new(store),
+            uploads: UploadCollector::new(store).with_max_upload(settings.max_upload_bytes),
         })
     }
 

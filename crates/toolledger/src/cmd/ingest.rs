@@ -49,12 +49,7 @@ pub async fn run(
     })
     .await?;
     println!("toolledger ingest: metrics at http://{addr}/metrics, health at http://{addr}/healthz");
-    let mut settings = IngestSettings::new(&config.data_dir);
-    settings.checkpoint.origin = config.ledger.origin.clone();
-    settings.checkpoint.every = config.ledger.checkpoint_every;
-    settings.checkpoint.interval = std::time::Duration::from_millis(config.ledger.checkpoint_interval_ms);
-    settings.tiles = config.tiles_location();
-    settings.key_file = config.checkpoint_key_file();
+    let mut settings = IngestSettings::from_config(&config);
     settings.batch_size = args.batch_size.max(1);
     settings.ack_wait = std::time::Duration::from_millis(args.ack_wait_ms.max(100));
     settings.lease_ttl = std::time::Duration::from_millis(args.lease_ttl_ms.max(300));

@@ -117,7 +117,7 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
             url: url.clone(),
             name: "toolledger-up-ingest".to_owned(),
         },
-        ingest_settings(&config),
+        IngestSettings::from_config(&config),
         ingest_metrics,
         health.clone(),
         async {
@@ -184,17 +184,6 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     }
     say("stopped");
     Ok(())
-}
-
-/// Ingest's settings from the configuration.
-fn ingest_settings(config: &Config) -> IngestSettings {
-    let mut settings = IngestSettings::new(&config.data_dir);
-    settings.checkpoint.origin = config.ledger.origin.clone();
-    settings.checkpoint.every = config.ledger.checkpoint_every;
-    settings.checkpoint.interval = std::time::Duration::from_millis(config.ledger.checkpoint_interval_ms);
-    settings.tiles = config.tiles_location();
-    settings.key_file = config.checkpoint_key_file();
-    settings
 }
 
 /// Waits until the projection covers `seq`; returns its invocations counted by state.
