@@ -11,6 +11,9 @@
 //!                root at every checkpoint size = the signed root
 //! 5 afterwards   checkpoints beyond the ledger's end; consistency proofs (from trusted tiles)
 //!                between consecutive checkpoints the recomputed tree could not vouch for
+//! 6 payloads      (given a blob store) every payload reference's blob fetched and held against
+//!                its commitment; blobs a `toolledger.erasure.completed` entry names are erased,
+//!                not missing
 //! ```
 //!
 //! Everything wrong is a [`Finding`]; [`Report::first_bad`] names the first bad ledger position.
@@ -21,13 +24,18 @@ use std::fmt;
 
 use async_nats::jetstream;
 use serde::Serialize;
+use toolledger_ingest::Error as IngestError;
+use toolledger_ingest::payload::BlobStore;
 use toolledger_merkle::tile::{TILE_WIDTH, TileId, tile_for};
 use toolledger_merkle::{Checkpoint, CompactRange, Hash, TileReader, TileStore, Verifiers};
-use toolledger_wire::LedgerEntry;
 use toolledger_wire::streams::{self, CHECKPOINTS, LEDGER};
+use toolledger_wire::{LedgerEntry, PayloadRef, Tenant};
 
 use crate::read::{StreamReader, read_all};
 use crate::{Result, hex};
+
+/// The class of the ledger's erasure records (DESIGN §5).
+const ERASURE_COMPLETED: &str = "toolledger.erasure.completed";
 
 /// How often the progress callback is called, in entries.
 const PROGRESS_EVERY: u64 = 1024;
@@ -43,6 +51,8 @@ pub struct VerifyOptions {
     pub check_stream_configs: bool,
     /// Parse every entry as a canonical ledger entry (not only hash it).
     pub check_entries: bool,
+    /// The blob store to check every payload commitment against (needs `check_entries`).
+    pub blobs: Option<BlobStore>,
 }
 
 impl Default for VerifyOptions {
@@ -52,6 +62,7 @@ impl Default for VerifyOptions {
             tiles: None,
             check_stream_configs: true,
             check_entries: true,
+            blobs: None,
         }
     }
 }
@@ -167,6 +178,37 @@ pub enum Finding {
         /// The size of the last checkpoint that still matched (0 if none).
         good_through: u64,
     },
+    /// A payload's blob is not in the blob store and no erasure of it is recorded: the content is lost
+    /// (the entry and its commitment are intact).
+    PayloadMissing {
+        /// The ledger sequence of the entry that references it.
+        seq: u64,
+        /// The JSON Pointer of the payload in the event.
+        path: String,
+        /// The blob.
+        blob_id: String,
+    },
+    /// A payload's blob does not match the commitment its entry holds: altered or swapped.
+    PayloadAltered {
+        /// The ledger sequence of the entry that references it.
+        seq: u64,
+        /// The JSON Pointer of the payload in the event.
+        path: String,
+        /// The blob.
+        blob_id: String,
+        /// What did not match.
+        reason: String,
+    },
+    /// A payload's blob could not be read for another reason (the store is unreachable, a bad
+    /// tenant): it was not checked.
+    PayloadUnchecked {
+        /// The ledger sequence of the entry that references it.
+        seq: u64,
+        /// The blob.
+        blob_id: String,
+        /// Why.
+        reason: String,
+    },
     /// A tile disagrees with the signed tree (replaced, damaged or missing). Tiles are a cache: the
     /// ledger is unaffected and `toolledger` rebuilds them.
     TileCorrupt {
@@ -205,6 +247,9 @@ impl Finding {
                 good_through, size, ..
             } => format!("ledger seq {}..={size}", good_through + 1),
             Self::TileCorrupt { path, .. } => format!("tile {path}"),
+            Self::PayloadMissing { seq, blob_id, .. }
+            | Self::PayloadAltered { seq, blob_id, .. }
+            | Self::PayloadUnchecked { seq, blob_id, .. } => format!("payload {blob_id} of ledger seq {seq}"),
             other => format!("ledger seq {}", other.ledger_seq().unwrap_or_default()),
         }
     }
@@ -266,6 +311,14 @@ impl fmt::Display for Finding {
                 f,
                 "altered: the tree of size {size} has root {computed_root}, checkpoint seq {checkpoint_seq} signed {signed_root}"
             ),
+            Self::PayloadMissing { path, .. } => {
+                write!(
+                    f,
+                    "missing: the blob of {path} is not in the store and no erasure is recorded"
+                )
+            }
+            Self::PayloadAltered { path, reason, .. } => write!(f, "altered: {path}: {reason}"),
+            Self::PayloadUnchecked { reason, .. } => write!(f, "not checked: {reason}"),
             Self::TileCorrupt {
                 first_seq, reason, ..
             } => match first_seq {
@@ -295,6 +348,10 @@ pub struct Report {
     pub signed_size: u64,
     /// Whether a tile store was checked.
     pub tiles_checked: bool,
+    /// Payload references checked against the blob store (0 when none was given).
+    pub payloads_checked: u64,
+    /// Of those, blobs a recorded erasure deleted.
+    pub payloads_erased: u64,
     /// Everything wrong, in the order found.
     pub findings: Vec<Finding>,
 }
@@ -502,6 +559,7 @@ pub async fn verify_ledger(
     let mut tile_cache: Option<(TileId, Vec<Hash>)> = None;
     let mut expected_seq = 1;
     let mut entry_findings = Vec::new();
+    let mut payloads = PayloadLedger::default();
     // A checkpoint of the empty tree has nothing to match but the empty root.
     while let Some(signed) = next_checkpoint.next_if(|s| s.checkpoint.size == 0) {
         if signed.checkpoint.root != toolledger_merkle::empty_root() {
@@ -522,13 +580,15 @@ pub async fn verify_ledger(
             });
         }
         expected_seq = seq + 1;
-        if options.check_entries
-            && let Err(error) = LedgerEntry::from_bytes(&bytes)
-        {
-            entry_findings.push(Finding::EntryUnreadable {
-                seq,
-                reason: error.to_string(),
-            });
+        if options.check_entries {
+            match LedgerEntry::from_bytes(&bytes) {
+                Ok(entry) if options.blobs.is_some() => payloads.observe(seq, &entry),
+                Ok(_) => {}
+                Err(error) => entry_findings.push(Finding::EntryUnreadable {
+                    seq,
+                    reason: error.to_string(),
+                }),
+            }
         }
         let index = range.size();
         let leaf = toolledger_merkle::leaf_hash(&bytes);
@@ -623,6 +683,15 @@ pub async fn verify_ledger(
         }
     }
 
+    let (payloads_checked, payloads_erased) = match &options.blobs {
+        Some(blobs) => {
+            let checked = payloads.check(blobs).await;
+            findings.extend(checked.findings);
+            (checked.checked, checked.erased)
+        }
+        None => (0, 0),
+    };
+
     Ok(Report {
         ledger_stream: stream.to_owned(),
         checkpoint_stream: checkpoint_stream.to_owned(),
@@ -632,6 +701,99 @@ pub async fn verify_ledger(
         trusted_checkpoints: trusted.len() as u64,
         signed_size: newest.map_or(0, |c| c.size),
         tiles_checked: options.tiles.is_some(),
+        payloads_checked,
+        payloads_erased,
         findings,
     })
+}
+
+/// How many blobs are fetched and hashed at once: enough to hide a remote store's latency, few enough
+/// that a handful of large payloads cannot exhaust memory.
+const PAYLOAD_FETCHES_IN_FLIGHT: usize = 8;
+
+/// The payload references and erasures met in the ledger pass.
+#[derive(Default)]
+struct PayloadLedger {
+    /// `(seq, tenant, reference)` in ledger order.
+    refs: Vec<(u64, String, PayloadRef)>,
+    /// Blob ids recorded as erased, per tenant.
+    erased: std::collections::HashSet<(String, String)>,
+}
+
+/// What the payload check found.
+struct PayloadCheck {
+    checked: u64,
+    erased: u64,
+    findings: Vec<Finding>,
+}
+
+impl PayloadLedger {
+    fn observe(&mut self, seq: u64, entry: &LedgerEntry) {
+        let event = entry.event_json().unwrap_or_default();
+        let tenant = event["tenant"].as_str().unwrap_or_default().to_owned();
+        if event["type"] == ERASURE_COMPLETED {
+            for id in event["data"]["blob_ids"].as_array().into_iter().flatten() {
+                if let Some(id) = id.as_str() {
+                    self.erased.insert((tenant.clone(), id.to_owned()));
+                }
+            }
+        }
+        for payload in &entry.ledger.payload_refs {
+            self.refs.push((seq, tenant.clone(), payload.clone()));
+        }
+    }
+
+    async fn check(self, blobs: &BlobStore) -> PayloadCheck {
+        use futures::StreamExt;
+        let erased = &self.erased;
+        let outcomes: Vec<Option<Finding>> = futures::stream::iter(self.refs.iter())
+            .map(|(seq, tenant, payload)| async move {
+                let seq = *seq;
+                if erased.contains(&(tenant.clone(), payload.blob_id.clone())) {
+                    return None;
+                }
+                let tenant = match Tenant::parse(tenant) {
+                    Ok(tenant) => tenant,
+                    Err(error) => {
+                        return Some(Finding::PayloadUnchecked {
+                            seq,
+                            blob_id: payload.blob_id.clone(),
+                            reason: format!("the entry's tenant: {error}"),
+                        });
+                    }
+                };
+                match blobs.fetch_verified(&tenant, payload).await {
+                    Ok(_) => None,
+                    Err(IngestError::PayloadMissing { .. }) => Some(Finding::PayloadMissing {
+                        seq,
+                        path: payload.path.clone(),
+                        blob_id: payload.blob_id.clone(),
+                    }),
+                    Err(error @ IngestError::PayloadDigestMismatch { .. }) => Some(Finding::PayloadAltered {
+                        seq,
+                        path: payload.path.clone(),
+                        blob_id: payload.blob_id.clone(),
+                        reason: error.to_string(),
+                    }),
+                    Err(error) => Some(Finding::PayloadUnchecked {
+                        seq,
+                        blob_id: payload.blob_id.clone(),
+                        reason: error.to_string(),
+                    }),
+                }
+            })
+            .buffered(PAYLOAD_FETCHES_IN_FLIGHT)
+            .collect()
+            .await;
+        let erased_count = self
+            .refs
+            .iter()
+            .filter(|(_, tenant, p)| erased.contains(&(tenant.clone(), p.blob_id.clone())))
+            .count() as u64;
+        PayloadCheck {
+            checked: self.refs.len() as u64,
+            erased: erased_count,
+            findings: outcomes.into_iter().flatten().collect(),
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! connect ─▶ verifier keys (--key, else <data_dir>/keys/checkpoint.pub)
-//!   ─▶ toolledger_verify::verify_ledger(--stream, --checkpoints, tiles)   progress on stderr
+//!   ─▶ toolledger_verify::verify_ledger(--stream, --checkpoints, tiles, blobs)   progress on stderr
 //!   ─▶ summary on stdout (or --json) ─▶ findings? exit 1 naming the first bad position
 //! ```
 
@@ -44,6 +44,13 @@ pub struct Args {
     /// Do not check tiles (an altered entry is then located between two checkpoints).
     #[arg(long)]
     pub no_tiles: bool,
+    /// The blob store whose payloads are checked against their commitments. Default
+    /// `payloads.blob_store` (`<data_dir>/blobs`).
+    #[arg(long, value_name = "URL", conflicts_with = "no_payloads")]
+    pub blobs: Option<String>,
+    /// Do not fetch payload blobs (commitments stay unchecked).
+    #[arg(long)]
+    pub no_payloads: bool,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -89,9 +96,16 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let tiles = tile_store(&config, args.tiles.as_deref(), args.no_tiles)?;
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-verify").await?);
+    let blobs = if args.no_payloads {
+        None
+    } else {
+        let url = args.blobs.clone().unwrap_or_else(|| config.blob_store_url());
+        Some(toolledger_ingest::payload::BlobStore::open(&url)?)
+    };
     let options = VerifyOptions {
         origin: Some(config.ledger.origin.clone()),
         tiles,
+        blobs,
         ..VerifyOptions::default()
     };
     let mut progress = ProgressReport::new();
@@ -129,6 +143,10 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             } else {
                 "not checked"
             }
+        );
+        println!(
+            "toolledger verify: {} payload commitments checked ({} erased)",
+            report.payloads_checked, report.payloads_erased
         );
         for finding in report.findings.iter().take(MAX_PRINTED) {
             println!("toolledger verify: BAD {finding}");

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // a panic is how a test reports failure
 
 mod common;
+mod payloads;
 mod prove;
 mod restart;
 mod tamper;
