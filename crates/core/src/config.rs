@@ -20,7 +20,7 @@ use crate::{Error, Result};
 pub const CONFIG_FILE_ENV: &str = "TOOLLEDGER_CONFIG";
 
 /// The top-level sections and keys that may be set from the environment.
-const ENV_KEYS: &[&str] = &["data_dir", "nats", "telemetry", "ledger", "payloads"];
+const ENV_KEYS: &[&str] = &["data_dir", "nats", "telemetry", "ledger", "payloads", "api"];
 
 /// The whole configuration of a toolledger process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +38,44 @@ pub struct Config {
     /// Where payloads go and which fields move there or are scrubbed.
     #[serde(default)]
     pub payloads: PayloadsConfig,
+    /// The query API (`toolledger serve`, `up`): where it listens and who may read what.
+    #[serde(default)]
+    pub api: ApiConfig,
+}
+
+/// The `/v1` query API: listen address and bearer tokens (stored as SHA-256, never in clear).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Where the API listens; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Who may call it. Empty: `serve` refuses to start unless `--insecure-local` is given.
+    pub tokens: Vec<ApiToken>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            tokens: Vec::new(),
+        }
+    }
+}
+
+/// One bearer token of the query API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiToken {
+    /// Who holds it; recorded as the principal of every read.
+    pub name: String,
+    /// Lowercase hex SHA-256 of the token (`printf %s "$TOKEN" | sha256sum`).
+    pub sha256: String,
+    /// The tenants it may read.
+    #[serde(default)]
+    pub tenants: Vec<String>,
+    /// Whether it may read every tenant.
+    #[serde(default)]
+    pub admin: bool,
 }
 
 /// Payload offloading and secret scrubbing (DESIGN §5).
@@ -47,6 +85,9 @@ pub struct PayloadsConfig {
     /// The blob store: a directory, `file:///dir`, `s3://bucket/prefix` (`AWS_*` variables for
     /// credentials and endpoint) or `memory://`. Default `<data_dir>/blobs`.
     pub blob_store: Option<String>,
+    /// Options of the blob store's client, overriding the `AWS_*` variables: `endpoint`,
+    /// `allow_http`, `region`, `access_key_id`, `secret_access_key`, … (object_store's names).
+    pub blob_store_options: std::collections::BTreeMap<String, String>,
     /// A payload field whose serialized JSON is larger than this many bytes moves to the blob store.
     pub offload_threshold_bytes: usize,
     /// JSON Pointers into the event (`/data/call_input`, `*` matches any segment) whose values always
@@ -63,6 +104,7 @@ impl Default for PayloadsConfig {
     fn default() -> Self {
         Self {
             blob_store: None,
+            blob_store_options: std::collections::BTreeMap::new(),
             offload_threshold_bytes: 32 * 1024,
             erasable_paths: Vec::new(),
             scrub_paths: Vec::new(),
@@ -152,6 +194,7 @@ impl Default for Config {
             },
             ledger: LedgerConfig::default(),
             payloads: PayloadsConfig::default(),
+            api: ApiConfig::default(),
         }
     }
 }
@@ -208,6 +251,21 @@ impl Config {
                 return Err(invalid(
                     key,
                     format!("`{bad}` is not a JSON Pointer (must start with /)"),
+                ));
+            }
+        }
+        for token in &self.api.tokens {
+            let hex = token.sha256.len() == 64 && token.sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            if !hex {
+                return Err(invalid(
+                    "api.tokens",
+                    format!("token `{}`: sha256 must be 64 hex digits", token.name),
+                ));
+            }
+            if !token.admin && token.tenants.is_empty() {
+                return Err(invalid(
+                    "api.tokens",
+                    format!("token `{}` reads no tenant (set tenants or admin)", token.name),
                 ));
             }
         }

@@ -134,6 +134,14 @@ impl BlobStore {
         Self::open_with(&BlobStoreConfig::new(url))
     }
 
+    /// Opens the store the configuration names (`payloads.blob_store` and its options), or `url`
+    /// with the configured options when given.
+    pub fn open_configured(config: &toolledger_core::config::Config, url: Option<&str>) -> Result<Self> {
+        let mut store = BlobStoreConfig::new(url.map_or_else(|| config.blob_store_url(), str::to_owned));
+        store.options = config.payloads.blob_store_options.clone().into_iter().collect();
+        Self::open_with(&store)
+    }
+
     /// Opens the store as configured. `memory://` is a fresh, process-local store on every call.
     pub fn open_with(config: &BlobStoreConfig) -> Result<Self> {
         let bad = |reason: String| Error::BlobStoreConfig {

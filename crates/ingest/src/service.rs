@@ -67,6 +67,8 @@ pub struct IngestSettings {
     pub scrub: ScrubConfig,
     /// The blob store URL (`file:///…`, `s3://bucket/prefix`, `memory://`).
     pub blob_store: String,
+    /// The blob store client's options (`endpoint`, `allow_http`, credentials …), over `AWS_*`.
+    pub blob_store_options: Vec<(String, String)>,
     /// What moves to the blob store.
     pub offload: OffloadConfig,
     /// The Merkle tree's checkpoints: origin, cadence, trusted older keys.
@@ -99,6 +101,7 @@ impl IngestSettings {
             data_dir: data_dir.to_path_buf(),
             scrub: ScrubConfig::default(),
             blob_store: format!("file://{}", absolute(&data_dir.join("blobs")).display()),
+            blob_store_options: Vec::new(),
             offload: OffloadConfig::default(),
             checkpoint: CheckpointSettings::new("toolledger/ATL_LEDGER"),
             tiles: data_dir.join("tiles").display().to_string(),
@@ -119,6 +122,7 @@ impl IngestSettings {
         settings.tiles = config.tiles_location();
         settings.key_file = config.checkpoint_key_file();
         settings.blob_store = config.blob_store_url();
+        settings.blob_store_options = config.payloads.blob_store_options.clone().into_iter().collect();
         settings.offload = OffloadConfig {
             threshold_bytes: config.payloads.offload_threshold_bytes,
             erasable_paths: config.payloads.erasable_paths.clone(),
@@ -203,7 +207,9 @@ struct Stages {
 impl Stages {
     fn open(settings: &IngestSettings) -> Result<Self> {
         let scrubber = Scrubber::open(&settings.data_dir, &settings.scrub)?;
-        let store = BlobStore::open(&settings.blob_store)?;
+        let mut store_config = crate::payload::BlobStoreConfig::new(settings.blob_store.clone());
+        store_config.options = settings.blob_store_options.clone();
+        let store = BlobStore::open_with(&store_config)?;
         Ok(Self {
             scrubber: Mutex::new(scrubber),
             offloader: Offloader::new(store.clone(), &settings.offload),
@@ -843,9 +849,9 @@ async fn offload(js: &jetstream::Context, stages: &Stages, prepared: Prepared) -
 fn scrubbed_original(original: &Original, scrubber: &Mutex<Scrubber>) -> Original {
     let scrubber = scrubber.lock().unwrap_or_else(PoisonError::into_inner);
     let mut copy = original.clone();
-    if let Ok(mut json) = serde_json::from_slice::<serde_json::Value>(&original.payload)
-        && !scrubber.scrub_only(&mut json).is_empty()
-        && let Ok(bytes) = serde_json::to_vec(&json)
+    if let Ok(json) = serde_json::from_slice::<serde_json::Value>(&original.payload)
+        && let Some(scrubbed) = scrub_payload(json, original.headers.as_ref(), &scrubber)
+        && let Ok(bytes) = serde_json::to_vec(&scrubbed)
     {
         copy.payload = bytes.into();
     }
@@ -871,6 +877,36 @@ fn scrubbed_original(original: &Original, scrubber: &Mutex<Scrubber>) -> Origina
         copy.headers = Some(kept);
     }
     copy
+}
+
+/// A parsed original payload scrubbed as the event it would be; `None` when nothing was a secret.
+///
+/// A structured event or an envelope is scrubbed as it is. A binary-mode payload is the event's `data`
+/// with the attributes in `ce-*` headers: it is scrubbed inside an event rebuilt from those headers, so
+/// declared sensitive fields (found through the tenant and tool id attributes) and `/data/…` paths
+/// apply to it as they would have to the accepted event.
+fn scrub_payload(
+    mut json: serde_json::Value,
+    headers: Option<&async_nats::HeaderMap>,
+    scrubber: &Scrubber,
+) -> Option<serde_json::Value> {
+    let binary = headers.is_some_and(|h| h.get("ce-specversion").is_some());
+    if !binary {
+        return (!scrubber.scrub_only(&mut json).is_empty()).then_some(json);
+    }
+    let mut event = serde_json::Map::new();
+    for (name, values) in headers.into_iter().flat_map(|h| h.iter()) {
+        let name = name.to_string();
+        if let (Some(attribute), Some(value)) = (name.strip_prefix("ce-"), values.first()) {
+            event.insert(attribute.to_owned(), serde_json::Value::String(value.to_string()));
+        }
+    }
+    event.insert("data".to_owned(), json);
+    let mut event = serde_json::Value::Object(event);
+    if scrubber.scrub_only(&mut event).is_empty() {
+        return None;
+    }
+    event.get_mut("data").map(serde_json::Value::take)
 }
 
 /// A ledger-own event (a receipt) as an entry with its identity and digest.

@@ -397,3 +397,196 @@ async fn an_unreachable_store_is_a_typed_retryable_error_after_bounded_retries()
         e => panic!("expected unavailable, got {e}"),
     }
 }
+
+/// The whole service on S3: while the server is frozen (SIGSTOP) ingest cannot offload and waits,
+/// retrying; once it is back every event lands exactly once, in order, its payloads verified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_s3_makes_ingest_wait_and_lose_nothing() {
+    use crate::pipeline::{Running, contract_streams, drained, id_of, ids_of, ledger, publish};
+
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    let mut s3 = S3Fixture::start();
+    let data = tempfile::tempdir().unwrap();
+    let (url, options) = (s3.url("ledger/payloads"), s3.options());
+    let ingest = Running::start_with(&nats, data.path(), |settings| {
+        settings.blob_store = url;
+        settings.blob_store_options = options;
+        settings.ack_wait = Duration::from_secs(3);
+    });
+    let generated =
+        toolledger_schemas::generator::generate(&toolledger_schemas::generator::GeneratorConfig {
+            seed: 5,
+            ..Default::default()
+        })
+        .events;
+    let (before, after) = generated.split_at(generated.len() / 2);
+    let large: Vec<Value> = (0..6)
+        .map(|i| result_event("acme", &format!("large-{i}"), json!(text(48 * 1024, i))))
+        .collect();
+    publish(&js, before, toolledger_wire::Mode::Binary, true).await;
+    drained(&js).await;
+
+    s3.pause();
+    publish(&js, &large, toolledger_wire::Mode::Binary, true).await;
+    publish(&js, after, toolledger_wire::Mode::Binary, true).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let held = ledger(&js).await.len();
+    assert!(
+        held < before.len() + large.len(),
+        "nothing that needs the frozen store can have been appended ({held})"
+    );
+    s3.resume();
+
+    let expected: Vec<String> = [before, &large[..], after]
+        .concat()
+        .iter()
+        .map(|e| ids_of(std::slice::from_ref(e))[0].clone())
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let entries = loop {
+        drained(&js).await;
+        let entries = ledger(&js).await;
+        if entries.len() >= expected.len() || std::time::Instant::now() > deadline {
+            break entries;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut landed: Vec<String> = entries.iter().map(id_of).collect();
+    assert_eq!(landed.len(), expected.len(), "every event exactly once");
+    landed.sort();
+    let mut wanted = expected.clone();
+    wanted.sort();
+    assert_eq!(landed, wanted);
+
+    let store = {
+        let mut config = BlobStoreConfig::new(s3.url("ledger/payloads"));
+        config.options = s3.options();
+        BlobStore::open_with(&config).unwrap()
+    };
+    let offloaded: Vec<_> = entries
+        .iter()
+        .filter(|e| id_of(e).starts_with("large-"))
+        .flat_map(|e| e.ledger.payload_refs.clone())
+        .collect();
+    assert_eq!(offloaded.len(), large.len(), "each large text was offloaded");
+    for payload in &offloaded {
+        store.fetch_verified(&tenant("acme"), payload).await.unwrap();
+    }
+    ingest.stop().await;
+}
+
+/// A Python producer written from the project's schemas: a declaration's sensitive fields scrub its
+/// invocation's secret, and a 100 KiB and a 5 MiB result uploaded through `ATL_PAYLOADS_acme` land in
+/// the blob store behind commitments that verify; the uploads are deleted; a swapped blob is caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_producer_uploads_and_declares_sensitive_fields() {
+    use crate::pipeline::{Running, class_of, ledger};
+
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let settings = toolledger_wire::streams::ContractSettings {
+        tenants: vec![tenant("acme")],
+        ..Default::default()
+    };
+    toolledger_wire::streams::ensure_contract(&js, &settings)
+        .await
+        .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let ingest = Running::start(&nats, data.path());
+
+    let secret = "sk-python-producer-7f3e9a1c5b";
+    let root = toolledger_testkit::workspace_root();
+    let output = std::process::Command::new(toolledger_testkit::python())
+        .arg(root.join("crates/ingest/tests/py/upload_producer.py"))
+        .arg(nats.url())
+        .arg("acme")
+        .arg(root.join("schemas"))
+        .arg(secret)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "upload_producer.py failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let uploads = printed["uploads"].as_array().unwrap().clone();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let entries = loop {
+        let entries = ledger(&js).await;
+        if entries.len() >= 4 {
+            break entries;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ledger holds {}",
+            entries.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    ingest.stop().await;
+    assert_eq!(entries.len(), 4);
+
+    let planned = entries
+        .iter()
+        .find(|e| class_of(e) == "tool.invocation.planned")
+        .unwrap();
+    assert_eq!(
+        planned.ledger.scrubbed_paths,
+        [
+            "/data/model_input/api_key",
+            "/data/model_input/headers/x-session-token"
+        ]
+    );
+    let input = &planned.event_json().unwrap()["data"]["model_input"];
+    assert!(input["api_key"]["$scrubbed"].is_string(), "{input}");
+    assert_eq!(input["headers"]["accept"], "text/plain");
+    for entry in &entries {
+        let bytes = entry.canonical_bytes().unwrap();
+        assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()));
+    }
+
+    let store = BlobStore::open(&format!("file://{}", data.path().join("blobs").display())).unwrap();
+    let acme = tenant("acme");
+    let results: Vec<_> = entries
+        .iter()
+        .filter(|e| class_of(e) == "tool.result.created")
+        .collect();
+    assert_eq!(results.len(), 2);
+    for (result, upload) in results.iter().zip(&uploads) {
+        let [payload] = &result.ledger.payload_refs[..] else {
+            panic!("one payload per result: {:?}", result.ledger.payload_refs);
+        };
+        assert_eq!(payload.path, "/data/content/0/text");
+        assert_eq!(payload.size, upload["size"].as_u64().unwrap());
+        assert_eq!(payload.content_type, "text/plain");
+        let content = store.fetch_verified(&acme, payload).await.unwrap();
+        assert_eq!(
+            toolledger_wire::entry::hex(&Sha256::digest(&content)),
+            upload["sha256"].as_str().unwrap()
+        );
+    }
+    // The uploads are gone from the bucket once their entries are in the ledger.
+    let objects = js.get_object_store("ATL_PAYLOADS_acme").await.unwrap();
+    for upload in &uploads {
+        let name = upload["name"].as_str().unwrap();
+        let gone = objects.info(name).await.map_or(true, |info| info.deleted);
+        assert!(gone, "{name} still uploaded");
+    }
+    // A swapped blob (the other result's) no longer matches its commitment.
+    let (first, second) = (
+        &results[0].ledger.payload_refs[0],
+        &results[1].ledger.payload_refs[0],
+    );
+    let other = store.fetch_raw(&acme, &second.blob_id).await.unwrap();
+    store
+        .overwrite_for_tests(&acme, &first.blob_id, other)
+        .await
+        .unwrap();
+    let err = store.fetch_verified(&acme, first).await.unwrap_err();
+    assert!(matches!(err, Error::PayloadDigestMismatch { .. }), "{err}");
+}

@@ -99,8 +99,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let blobs = if args.no_payloads {
         None
     } else {
-        let url = args.blobs.clone().unwrap_or_else(|| config.blob_store_url());
-        Some(toolledger_ingest::payload::BlobStore::open(&url)?)
+        Some(toolledger_ingest::payload::BlobStore::open_configured(&config, args.blobs.as_deref())?)
     };
     let options = VerifyOptions {
         origin: Some(config.ledger.origin.clone()),

@@ -487,10 +487,14 @@ fn without_encryption_the_canary_is_on_disk() {
 }
 
 /// Ingest does everything it needs — lease, consumer, advisory stream, ledger appends,
-/// checkpoints, quarantine — as the shipped config's `ingest` user, with credentials in the URL.
+/// checkpoints, quarantine, payload offload — as the shipped config's `ingest` user, with credentials
+/// in the URL; and the secrets the generator planted (bearer tokens, OTC authorization and secrets,
+/// declared sensitive fields), one of them in an event that is quarantined, are then nowhere at rest:
+/// not in the encrypted NATS store, the ledger's entries, the quarantine, the blobs, the data directory
+/// or ingest's debug logs.
 #[test]
-fn ingest_runs_as_the_shipped_ingest_user() {
-    let (_conf, nats, data, _) = secured_and_initialized(&["acme"]);
+fn ingest_as_the_shipped_user_leaves_no_secret_at_rest() {
+    let (_conf, mut nats, data, _) = secured_and_initialized(&["acme"]);
     let ingest_url = url_as(&nats, "ingest");
     let mut ingest = ChildProcess::spawn(
         toolledger(),
@@ -498,17 +502,33 @@ fn ingest_runs_as_the_shipped_ingest_user() {
         &[
             ("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap()),
             ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
-            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "debug"),
+            // Most fields move to the blob store, so blobs are searched too.
+            ("TOOLLEDGER_PAYLOADS__OFFLOAD_THRESHOLD_BYTES", "64"),
         ],
     );
     let producer_url = url_as(&nats, "producer_acme");
-    let events = toolledger_schemas::generator::generate(&toolledger_schemas::generator::GeneratorConfig {
-        seed: 12,
-        tenants: vec!["acme".to_owned()],
-        ..Default::default()
-    })
-    .events;
-    runtime().block_on(async {
+    let generated =
+        toolledger_schemas::generator::generate(&toolledger_schemas::generator::GeneratorConfig {
+            seed: 12,
+            tenants: vec!["acme".to_owned()],
+            ..Default::default()
+        });
+    let secrets: Vec<String> = generated.truth.secrets.iter().map(|s| s.value.clone()).collect();
+    assert!(secrets.len() >= 4, "the generator plants every kind of secret");
+    let mut events = generated.events.clone();
+    // A copy of an event carrying a secret, made invalid: quarantined, with its original scrubbed.
+    let carrier = &generated.truth.secrets[0].locations[0].event_id;
+    let mut invalid = events
+        .iter()
+        .find(|e| e["id"] == carrier.as_str())
+        .unwrap()
+        .clone();
+    invalid["id"] = "invalid-copy-1".into();
+    invalid["data"]["schema_version"] = serde_json::json!(["not", "a", "version"]);
+    events.push(invalid);
+
+    let admin_js = runtime().block_on(async {
         let producer = jetstream::new(
             toolledger_wire::connect::connect(&producer_url, "producer")
                 .await
@@ -518,34 +538,43 @@ fn ingest_runs_as_the_shipped_ingest_user() {
         let report = toolledger_wire::produce::publish_all(&producer, outgoing).await;
         assert!(report.failed.is_empty(), "{:?}", report.failed);
 
+        // Every valid event, plus the quarantine receipt for the invalid one.
         let admin = quick(login(&nats, "admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD")).await);
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            let ledger = admin
-                .get_stream("ATL_LEDGER")
-                .await
-                .unwrap()
-                .info()
-                .await
-                .unwrap()
-                .state
-                .messages;
-            if ledger == events.len() as u64 {
+            let count = |name: &'static str| {
+                let admin = admin.clone();
+                async move {
+                    admin
+                        .get_stream(name)
+                        .await
+                        .unwrap()
+                        .info()
+                        .await
+                        .unwrap()
+                        .state
+                        .messages
+                }
+            };
+            let (ledger, quarantine) = (count("ATL_LEDGER").await, count("ATL_QUARANTINE").await);
+            if ledger == events.len() as u64 && quarantine == 1 {
                 break;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "ledger holds {ledger}\n{}",
+                "ledger holds {ledger}, quarantine {quarantine}\n{}",
                 ingest.stderr()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        admin
     });
     let status = ingest.terminate(Duration::from_secs(30)).expect("ingest stops");
     assert!(status.success(), "{}", ingest.stderr());
-    let checkpoints = runtime().block_on(async {
+
+    let (checkpoints, stored) = runtime().block_on(async {
         let admin = quick(login(&nats, "admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD")).await);
-        admin
+        let checkpoints = admin
             .get_stream("ATL_CHECKPOINTS")
             .await
             .unwrap()
@@ -553,7 +582,53 @@ fn ingest_runs_as_the_shipped_ingest_user() {
             .await
             .unwrap()
             .state
-            .messages
+            .messages;
+        let mut stored = Vec::new();
+        for stream in ["ATL_LEDGER", "ATL_QUARANTINE"] {
+            for (_, bytes) in toolledger_verify::read::read_all(&admin, stream).await.unwrap() {
+                stored.push((stream, bytes));
+            }
+        }
+        drop(admin_js);
+        (checkpoints, stored)
     });
     assert!(checkpoints >= 1, "ingest signs a checkpoint before it stops");
+    let blobs = data.path().join("blobs");
+    assert!(blobs.is_dir(), "payloads were offloaded");
+    let scrubbed = stored
+        .iter()
+        .filter(|(_, b)| b.windows(20).any(|w| w == b"\"scrubbed_paths\":[\"/"))
+        .count();
+    assert!(scrubbed >= secrets.len() / 2, "entries list their scrubbed paths ({scrubbed})");
+    let quarantined = &stored.iter().find(|(s, _)| *s == "ATL_QUARANTINE").unwrap().1;
+    assert!(
+        quarantined.windows(10).any(|w| w == b"$scrubbed\""),
+        "the quarantined original is scrubbed: {}",
+        String::from_utf8_lossy(quarantined)
+    );
+
+    // Flush the server's store to disk before searching it.
+    nats.restart();
+    let logs = format!("{}{}", ingest.stdout(), ingest.stderr());
+    assert!(logs.len() > 10_000, "debug logs were written");
+    for secret in &secrets {
+        let needle = secret.as_bytes();
+        for (stream, bytes) in &stored {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{secret} in a {stream} message"
+            );
+        }
+        assert!(!logs.contains(secret.as_str()), "{secret} in ingest's logs");
+        assert_eq!(
+            files_containing(data.path(), needle),
+            Vec::<PathBuf>::new(),
+            "{secret} in the data directory"
+        );
+        assert_eq!(
+            files_containing(nats.store_dir(), needle),
+            Vec::<PathBuf>::new(),
+            "{secret} in the NATS store"
+        );
+    }
 }
