@@ -20,7 +20,16 @@ use crate::{Error, Result};
 pub const CONFIG_FILE_ENV: &str = "TOOLLEDGER_CONFIG";
 
 /// The top-level sections and keys that may be set from the environment.
-const ENV_KEYS: &[&str] = &["data_dir", "nats", "telemetry", "ledger", "payloads", "api"];
+const ENV_KEYS: &[&str] = &[
+    "data_dir",
+    "nats",
+    "telemetry",
+    "ledger",
+    "payloads",
+    "api",
+    "retention",
+    "export",
+];
 
 /// The whole configuration of a toolledger process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +50,79 @@ pub struct Config {
     /// The query API (`toolledger serve`, `up`): where it listens and who may read what.
     #[serde(default)]
     pub api: ApiConfig,
+    /// How long payload content is kept: legal holds and maximum ages per tenant.
+    #[serde(default)]
+    pub retention: RetentionConfig,
+    /// The Parquet archive `toolledger export` writes.
+    #[serde(default)]
+    pub export: ExportConfig,
+}
+
+/// The Parquet exporter (DESIGN §6, `docs/parquet.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExportConfig {
+    /// The archive: a directory, `file:///dir` or `s3://bucket/prefix` (`AWS_*` variables for
+    /// credentials and endpoint). Default `<data_dir>/parquet`.
+    pub prefix: Option<String>,
+    /// Close a file range after this many ledger entries.
+    pub rows_per_file: u64,
+    /// Close a file range when its oldest entry has waited this many milliseconds.
+    pub max_delay_ms: u64,
+    /// Rows per Parquet row group.
+    pub row_group_rows: usize,
+}
+
+impl Default for ExportConfig {
+    fn default() -> Self {
+        Self {
+            prefix: None,
+            rows_per_file: 250_000,
+            max_delay_ms: 60_000,
+            row_group_rows: 50_000,
+        }
+    }
+}
+
+impl Config {
+    /// The Parquet archive's location (`export.prefix`, else `<data_dir>/parquet`).
+    pub fn export_prefix(&self) -> String {
+        self.export
+            .prefix
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("parquet").display().to_string())
+    }
+}
+
+/// Retention of payload content (DESIGN §5: the fact of a call is never erased, its content can be).
+/// Ages count from when the ledger took the entry (`ingested_at`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Seconds between runs of the retention job in `up` and `serve`; 0 (default) never runs it.
+    pub interval_secs: u64,
+    /// Applies to tenants not listed in `tenants`.
+    pub default: TenantRetention,
+    /// Per tenant.
+    pub tenants: std::collections::BTreeMap<String, TenantRetention>,
+}
+
+/// One tenant's retention.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenantRetention {
+    /// Legal hold: content younger than this many days is not erased unless an admin forces it with
+    /// a reason.
+    pub min_days: Option<u32>,
+    /// Content older than this many days is erased by the retention job.
+    pub max_days: Option<u32>,
+}
+
+impl RetentionConfig {
+    /// The retention that applies to `tenant`.
+    pub fn for_tenant(&self, tenant: &str) -> TenantRetention {
+        self.tenants.get(tenant).copied().unwrap_or(self.default)
+    }
 }
 
 /// The `/v1` query API: listen address and bearer tokens (stored as SHA-256, never in clear).
@@ -195,6 +277,8 @@ impl Default for Config {
             ledger: LedgerConfig::default(),
             payloads: PayloadsConfig::default(),
             api: ApiConfig::default(),
+            retention: RetentionConfig::default(),
+            export: ExportConfig::default(),
         }
     }
 }
@@ -266,6 +350,18 @@ impl Config {
                 return Err(invalid(
                     "api.tokens",
                     format!("token `{}` reads no tenant (set tenants or admin)", token.name),
+                ));
+            }
+        }
+        for (tenant, retention) in std::iter::once(("default", &self.retention.default))
+            .chain(self.retention.tenants.iter().map(|(t, r)| (t.as_str(), r)))
+        {
+            if let (Some(min), Some(max)) = (retention.min_days, retention.max_days)
+                && max < min
+            {
+                return Err(invalid(
+                    "retention",
+                    format!("{tenant}: max_days {max} is below the legal hold min_days {min}"),
                 ));
             }
         }

@@ -97,6 +97,24 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// An erasure could not be planned, carried out or recorded.
+    #[error("erasure: {reason}")]
+    Erasure {
+        /// What went wrong.
+        reason: String,
+    },
+    /// An erasure reaches content inside the tenant's legal hold and was not forced.
+    #[error(
+        "erasure refused: {held} payloads of tenant {tenant} are inside the legal hold of {min_days} days (an admin may force it with a reason)"
+    )]
+    LegalHold {
+        /// The tenant.
+        tenant: String,
+        /// Payloads inside the hold.
+        held: usize,
+        /// The hold in days.
+        min_days: u32,
+    },
     /// A payload's blob is not in the store (erased, or never written).
     #[error("payload blob {blob_id} is missing")]
     PayloadMissing {

@@ -16,6 +16,8 @@
 //! - [`metrics`]: what `/metrics` shows of ingest.
 //! - [`scrub`]: secrets replaced by HMAC markers; declared sensitive fields per tool.
 //! - [`payload`]: large and erasable fields and producer uploads moved to the blob store, verified reads.
+//! - [`erase`]: erasure of offloaded content by invocation, session, blob, tenant or age (retention),
+//!   recorded as `toolledger.erasure.completed` through ingest.
 //!
 //! Data enters as ATL_INBOUND messages and leaves as ATL_LEDGER entries, ATL_QUARANTINE originals
 //! and inbound acks.
@@ -24,6 +26,7 @@
 pub mod append;
 pub mod checkpoint;
 pub mod dedupe;
+pub mod erase;
 pub mod lease;
 pub mod metrics;
 pub mod payload;

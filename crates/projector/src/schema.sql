@@ -1,4 +1,4 @@
--- toolledger projection schema 1 (DESIGN §6). Every table is derived from ATL_LEDGER and can be
+-- toolledger projection schema 2 (DESIGN §6). Every table is derived from ATL_LEDGER and can be
 -- rebuilt from it; `position` is written in the same transaction as the rows it covers.
 -- JSON values are stored as TEXT (JSON). Times are kept as the event carried them (RFC 3339 text),
 -- with `*_ns` columns (nanoseconds since the Unix epoch, UTC) where they are compared or ordered.
@@ -429,6 +429,7 @@ CREATE TABLE access_reads (
 
 CREATE TABLE erasures (
     erasure_id     TEXT PRIMARY KEY,
+    tenant         TEXT,                   -- whose content (data.tenant)
     blob_ids       TEXT NOT NULL,
     invocation_ids TEXT,
     session_ids    TEXT,
@@ -438,6 +439,16 @@ CREATE TABLE erasures (
     completed_at   TEXT NOT NULL,
     seq            INTEGER NOT NULL,
     data           TEXT NOT NULL
+);
+
+-- Every blob an erasure deleted: where a payload reference meets one of these, the content is
+-- "erased", not missing.
+CREATE TABLE erased_blobs (
+    tenant     TEXT NOT NULL,
+    blob_id    TEXT NOT NULL,
+    erasure_id TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    PRIMARY KEY (tenant, blob_id)
 );
 
 -- Anomalies (DESIGN §6), recorded, never dropped: one row per anomaly, in the order the state

@@ -18,7 +18,7 @@ use crate::error::{Error, Result, SqlContext};
 pub const SCHEMA_SQL: &str = include_str!("schema.sql");
 
 /// The schema version this build writes; a database with another is refused (rebuild it).
-pub const SCHEMA_VERSION: &str = "1";
+pub const SCHEMA_VERSION: &str = "2";
 
 /// One ledger entry to apply: its ATL_LEDGER sequence and its bytes (the canonical entry).
 #[derive(Debug, Clone, PartialEq, Eq)]

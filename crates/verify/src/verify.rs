@@ -732,9 +732,11 @@ impl PayloadLedger {
         let event = entry.event_json().unwrap_or_default();
         let tenant = event["tenant"].as_str().unwrap_or_default().to_owned();
         if event["type"] == ERASURE_COMPLETED {
+            // The record is the ledger's own (tenant `_system`); the tenant erased is in its data.
+            let erased_tenant = event["data"]["tenant"].as_str().unwrap_or(&tenant).to_owned();
             for id in event["data"]["blob_ids"].as_array().into_iter().flatten() {
                 if let Some(id) = id.as_str() {
-                    self.erased.insert((tenant.clone(), id.to_owned()));
+                    self.erased.insert((erased_tenant.clone(), id.to_owned()));
                 }
             }
         }

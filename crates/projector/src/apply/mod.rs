@@ -263,8 +263,8 @@ pub(crate) fn apply_entry(
             let data = Value::Object(ctx.raw.clone()).to_string();
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO erasures (erasure_id, blob_ids, invocation_ids, session_ids, reason,
-                    authority, requested_by, completed_at, seq, data)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    authority, requested_by, completed_at, seq, data, tenant)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )
             .sql("prepare erasure")?
             .execute(params![
@@ -277,9 +277,21 @@ pub(crate) fn apply_entry(
                 erasure.requested_by,
                 erasure.completed_at,
                 seq,
-                data
+                data,
+                erasure.tenant
             ])
             .sql("insert erasure")?;
+            let tenant = erasure.tenant.as_deref().unwrap_or_default();
+            let mut erased = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO erased_blobs (tenant, blob_id, erasure_id, seq) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .sql("prepare erased blob")?;
+            for blob in &erasure.blob_ids {
+                erased
+                    .execute(params![tenant, blob, erasure.erasure_id, seq])
+                    .sql("insert erased blob")?;
+            }
         }
         _ => {}
     }

@@ -123,6 +123,9 @@ pub struct QuarantineRecorded {
 pub struct ErasureCompleted {
     /// The erasure's id. The CloudEvents `subject`.
     pub erasure_id: String,
+    /// The tenant whose content was erased (the record itself is the ledger's, tenant `_system`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// The blobs deleted.
     pub blob_ids: Vec<String>,
     /// The invocations whose payloads were erased.

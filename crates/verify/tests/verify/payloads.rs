@@ -52,8 +52,8 @@ async fn offloaded_entry(offloader: &Offloader, id: &str, seed: u8) -> (PendingE
 /// The ledger's own erasure record for `blob_id`.
 fn erasure_entry(blob_id: &str) -> PendingEntry {
     let event = json!({"specversion": "1.0", "id": "erasure-1", "source": "toolledger",
-        "type": "toolledger.erasure.completed", "tenant": "acme", "datacontenttype": "application/json",
-        "data": {"erasure_id": "erasure-1", "blob_ids": [blob_id], "reason": "data-subject request",
+        "type": "toolledger.erasure.completed", "tenant": "_system", "datacontenttype": "application/json",
+        "data": {"erasure_id": "erasure-1", "tenant": "acme", "blob_ids": [blob_id], "reason": "data-subject request",
             "authority": "ticket 7", "completed_at": "2026-05-08T10:00:00Z"}});
     let entry = LedgerEntry {
         event: toolledger_wire::decode::structured_event(event).unwrap(),
@@ -68,7 +68,7 @@ fn erasure_entry(blob_id: &str) -> PendingEntry {
         },
     };
     PendingEntry::new(
-        "atl.ledger.acme.toolledger.erasure.completed".to_owned(),
+        "atl.ledger._system.toolledger.erasure.completed".to_owned(),
         Bytes::from(entry.canonical_bytes().unwrap()),
     )
 }

@@ -1,0 +1,507 @@
+//! Erasure (DESIGN §5): the fact of a call is never erased; its offloaded content can be.
+//!
+//! ```text
+//! plan     read the tenant's ledger entries (subject filter atl.ledger.<tenant>.>) and the ledger's
+//!          erasure records ─▶ the target's payload references not erased yet, the invocations and
+//!          sessions they belong to, and those inside a legal hold (min_days)
+//! execute  held and not forced? refuse ─▶ delete each blob (its nonce goes with it; deleting a
+//!          missing blob succeeds) ─▶ publish toolledger.erasure.completed to
+//!          atl.in._system.toolledger.erasure.completed (Nats-Msg-Id = the erasure id) ─▶ ingest, the
+//!          single writer, appends it
+//! ```
+//!
+//! Blobs go first and the record second: a crash in between leaves blobs deleted without a record,
+//! which `verify` reports as missing until the same erasure is run again (it is idempotent: blobs an
+//! earlier record names are skipped, the erasure id is derived from what is erased, so a repeated
+//! publish is deduplicated). Recording first would leave content that the ledger claims is gone.
+//!
+//! [`retention_targets`] turns a tenant's maximum age into blob targets for the retention job.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use toolledger_core::config::TenantRetention;
+use toolledger_wire::{LedgerEntry, PayloadRef, Tenant};
+
+use crate::payload::BlobStore;
+use crate::{Error, Result};
+
+/// The class of the ledger's erasure records.
+pub const ERASURE_CLASS: &str = "toolledger.erasure.completed";
+
+/// Where erasure records are published for ingest to append.
+pub const ERASURE_SUBJECT: &str = "atl.in._system.toolledger.erasure.completed";
+
+/// How long a read of the ledger may stall before it is an error.
+const READ_STALL: Duration = Duration::from_secs(10);
+
+/// What to erase within one tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErasureTarget {
+    /// Every payload of one invocation.
+    Invocation(String),
+    /// Every payload of one session.
+    Session(String),
+    /// These blobs.
+    Blobs(Vec<String>),
+    /// Every payload of the tenant.
+    Tenant,
+    /// Payloads of entries the ledger took before this instant (retention).
+    IngestedBefore(DateTime<Utc>),
+}
+
+/// Who erases what and why.
+#[derive(Debug, Clone)]
+pub struct ErasureRequest {
+    /// The tenant whose content is erased.
+    pub tenant: Tenant,
+    /// What.
+    pub target: ErasureTarget,
+    /// Why (a data-subject request, retention …).
+    pub reason: String,
+    /// Under whose authority (ticket, legal basis, approver).
+    pub authority: String,
+    /// Who asked.
+    pub requested_by: String,
+    /// Erase inside a legal hold too (an admin's decision; the reason says why).
+    pub force: bool,
+}
+
+/// One payload found for erasure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundPayload {
+    /// The entry's ledger sequence.
+    pub seq: u64,
+    /// When the ledger took the entry.
+    pub ingested_at: DateTime<Utc>,
+    /// The reference.
+    pub payload: PayloadRef,
+}
+
+/// What an erasure would do.
+#[derive(Debug, Clone, Default)]
+pub struct ErasurePlan {
+    /// Payloads to erase, in ledger order (one per blob).
+    pub payloads: Vec<FoundPayload>,
+    /// Blobs of the target that earlier erasure records already name.
+    pub already_erased: Vec<String>,
+    /// Invocations whose content is erased.
+    pub invocation_ids: BTreeSet<String>,
+    /// Sessions whose content is erased.
+    pub session_ids: BTreeSet<String>,
+    /// Entries of the target read.
+    pub entries_matched: u64,
+    /// ATL_QUARANTINE messages of the target (rejected originals that mention it), deleted too.
+    pub quarantined: Vec<u64>,
+}
+
+impl ErasurePlan {
+    /// The payloads inside the legal hold at `now`.
+    pub fn held(&self, retention: TenantRetention, now: DateTime<Utc>) -> Vec<&FoundPayload> {
+        let Some(days) = retention.min_days else {
+            return Vec::new();
+        };
+        let hold_start = now - chrono::Duration::days(i64::from(days));
+        self.payloads
+            .iter()
+            .filter(|p| p.ingested_at > hold_start)
+            .collect()
+    }
+
+    /// The erasure's id: derived from the tenant and the blobs, so the same erasure run twice
+    /// publishes the same record (deduplicated by JetStream and ingest).
+    pub fn erasure_id(&self, tenant: &Tenant) -> String {
+        let mut hash = Sha256::new();
+        hash.update(tenant.as_str().as_bytes());
+        for payload in &self.payloads {
+            hash.update([0]);
+            hash.update(payload.payload.blob_id.as_bytes());
+        }
+        for seq in &self.quarantined {
+            hash.update([1]);
+            hash.update(seq.to_be_bytes());
+        }
+        format!("erasure-{}", &toolledger_wire::entry::hex(&hash.finalize())[..32])
+    }
+}
+
+/// What an executed erasure did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErasureOutcome {
+    /// The record's id; `None` when there was nothing left to erase.
+    pub erasure_id: Option<String>,
+    /// Blobs deleted.
+    pub deleted: Vec<String>,
+    /// The record published for ingest to append.
+    pub record: Option<Value>,
+}
+
+/// Reads the tenant's entries and the ledger's erasure records and finds what `request` would erase.
+pub async fn plan(js: &jetstream::Context, ledger: &str, request: &ErasureRequest) -> Result<ErasurePlan> {
+    let erased: HashSet<String> = erasure_records(js, ledger)
+        .await?
+        .into_iter()
+        .filter(|record| record.tenant == request.tenant.as_str())
+        .flat_map(|record| record.blob_ids)
+        .collect();
+    let mut plan = ErasurePlan::default();
+    let mut seen = HashSet::new();
+    let filter = format!("atl.ledger.{}.>", request.tenant);
+    for (seq, entry) in read_filtered(js, ledger, &filter).await? {
+        if entry.ledger.payload_refs.is_empty() {
+            continue;
+        }
+        let event = entry.event_json().map_err(|e| Error::Erasure {
+            reason: format!("ledger seq {seq}: {e}"),
+        })?;
+        let invocation = attribute(&event, "invocationid", "invocation_id");
+        let session = attribute(&event, "sessionid", "session_id");
+        let wanted: Vec<&PayloadRef> = match &request.target {
+            ErasureTarget::Invocation(id) if invocation.as_deref() == Some(id) => {
+                entry.ledger.payload_refs.iter().collect()
+            }
+            ErasureTarget::Session(id) if session.as_deref() == Some(id) => {
+                entry.ledger.payload_refs.iter().collect()
+            }
+            ErasureTarget::Blobs(ids) => entry
+                .ledger
+                .payload_refs
+                .iter()
+                .filter(|p| ids.contains(&p.blob_id))
+                .collect(),
+            ErasureTarget::Tenant => entry.ledger.payload_refs.iter().collect(),
+            ErasureTarget::IngestedBefore(at) if entry.ledger.ingested_at < *at => {
+                entry.ledger.payload_refs.iter().collect()
+            }
+            _ => Vec::new(),
+        };
+        if wanted.is_empty() {
+            continue;
+        }
+        plan.entries_matched += 1;
+        for payload in wanted {
+            if erased.contains(&payload.blob_id) {
+                plan.already_erased.push(payload.blob_id.clone());
+                continue;
+            }
+            if !seen.insert(payload.blob_id.clone()) {
+                continue;
+            }
+            plan.invocation_ids.extend(invocation.clone());
+            plan.session_ids.extend(session.clone());
+            plan.payloads.push(FoundPayload {
+                seq,
+                ingested_at: entry.ledger.ingested_at,
+                payload: payload.clone(),
+            });
+        }
+    }
+    plan.quarantined = quarantined_of(js, request).await?;
+    Ok(plan)
+}
+
+/// The tenant's quarantined originals that belong to the target: for an invocation or a session,
+/// those whose bytes name its id; for the whole tenant, all of them.
+async fn quarantined_of(js: &jetstream::Context, request: &ErasureRequest) -> Result<Vec<u64>> {
+    let needle = match &request.target {
+        ErasureTarget::Invocation(id) | ErasureTarget::Session(id) => Some(id.as_bytes().to_vec()),
+        ErasureTarget::Tenant => None,
+        ErasureTarget::Blobs(_) | ErasureTarget::IngestedBefore(_) => return Ok(Vec::new()),
+    };
+    let filter = format!("atl.quarantine.{}.>", request.tenant);
+    let messages = match read_raw(js, toolledger_wire::streams::QUARANTINE, &filter).await {
+        Ok(messages) => messages,
+        // No quarantine stream (a ledger made without one): nothing quarantined to erase.
+        Err(Error::Stream { .. }) if js.get_stream(toolledger_wire::streams::QUARANTINE).await.is_err() => {
+            return Ok(Vec::new());
+        }
+        Err(error) => return Err(error),
+    };
+    Ok(messages
+        .into_iter()
+        .filter(|(_, bytes)| {
+            needle
+                .as_deref()
+                .is_none_or(|needle| bytes.windows(needle.len()).any(|w| w == needle))
+        })
+        .map(|(seq, _)| seq)
+        .collect())
+}
+
+/// Carries out `plan`: refuses inside a legal hold unless forced, deletes the blobs, publishes the
+/// record. Nothing to erase publishes nothing.
+pub async fn execute(
+    js: &jetstream::Context,
+    blobs: &BlobStore,
+    request: &ErasureRequest,
+    plan: &ErasurePlan,
+    retention: TenantRetention,
+    now: DateTime<Utc>,
+) -> Result<ErasureOutcome> {
+    if plan.payloads.is_empty() && plan.quarantined.is_empty() {
+        return Ok(ErasureOutcome {
+            erasure_id: None,
+            deleted: Vec::new(),
+            record: None,
+        });
+    }
+    let held = plan.held(retention, now);
+    if !held.is_empty() && !request.force {
+        return Err(Error::LegalHold {
+            tenant: request.tenant.to_string(),
+            held: held.len(),
+            min_days: retention.min_days.unwrap_or_default(),
+        });
+    }
+    if request.reason.trim().is_empty() {
+        return Err(Error::Erasure {
+            reason: "an erasure needs a reason".to_owned(),
+        });
+    }
+    let mut deleted = Vec::with_capacity(plan.payloads.len());
+    for found in &plan.payloads {
+        blobs.delete(&request.tenant, &found.payload.blob_id).await?;
+        deleted.push(found.payload.blob_id.clone());
+    }
+    if !plan.quarantined.is_empty() {
+        let quarantine = js
+            .get_stream(toolledger_wire::streams::QUARANTINE)
+            .await
+            .map_err(|e| Error::Erasure {
+                reason: format!("opening the quarantine: {e}"),
+            })?;
+        for seq in &plan.quarantined {
+            // Already gone (an earlier run, or its age limit) is fine.
+            if let Err(error) = quarantine.delete_message(*seq).await
+                && quarantine.get_raw_message(*seq).await.is_ok()
+            {
+                return Err(Error::Erasure {
+                    reason: format!("deleting quarantined message {seq}: {error}"),
+                });
+            }
+        }
+    }
+    let erasure_id = plan.erasure_id(&request.tenant);
+    let record = json!({
+        "specversion": "1.0",
+        "id": erasure_id,
+        "source": "toolledger/erase",
+        "type": ERASURE_CLASS,
+        "tenant": Tenant::SYSTEM,
+        "time": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "datacontenttype": "application/json",
+        "data": {
+            "erasure_id": erasure_id,
+            "tenant": request.tenant.as_str(),
+            "blob_ids": deleted,
+            "invocation_ids": plan.invocation_ids,
+            "session_ids": plan.session_ids,
+            "reason": request.reason,
+            "authority": request.authority,
+            "requested_by": request.requested_by,
+            "forced_inside_legal_hold": !held.is_empty(),
+            "quarantined_deleted": plan.quarantined.len(),
+            "completed_at": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        }
+    });
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", erasure_id.as_str());
+    headers.insert("content-type", "application/cloudevents+json");
+    let body = serde_json::to_vec(&record).map_err(|e| Error::Erasure {
+        reason: e.to_string(),
+    })?;
+    let publish_error = |e: &dyn std::fmt::Display| Error::Erasure {
+        reason: format!("publishing the erasure record: {e}"),
+    };
+    js.publish_with_headers(ERASURE_SUBJECT, headers, body.into())
+        .await
+        .map_err(|e| publish_error(&e))?
+        .await
+        .map_err(|e| publish_error(&e))?;
+    Ok(ErasureOutcome {
+        erasure_id: Some(erasure_id),
+        deleted,
+        record: Some(record),
+    })
+}
+
+/// The payloads the retention job erases for `tenant` at `now`: entries older than `max_days`.
+/// `None` when the tenant has no maximum.
+pub fn retention_target(retention: TenantRetention, now: DateTime<Utc>) -> Option<ErasureTarget> {
+    let days = retention.max_days?;
+    Some(ErasureTarget::IngestedBefore(
+        now - chrono::Duration::days(i64::from(days)),
+    ))
+}
+
+/// The tenants that have content in the ledger: the tokens of `atl.ledger.<tenant>.>` subjects.
+pub async fn ledger_tenants(js: &jetstream::Context, ledger: &str) -> Result<Vec<Tenant>> {
+    let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
+        stream: ledger.to_owned(),
+        reason: e.to_string(),
+    };
+    let stream = js.get_stream(ledger).await.map_err(|e| stream_error(&e))?;
+    let mut subjects = stream
+        .info_with_subjects("atl.ledger.>")
+        .await
+        .map_err(|e| stream_error(&e))?;
+    let mut tenants = BTreeMap::new();
+    while let Some(subject) = subjects.next().await {
+        let (subject, _) = subject.map_err(|e| stream_error(&e))?;
+        if let Some(tenant) = subject.split('.').nth(2)
+            && let Ok(tenant) = Tenant::parse(tenant)
+        {
+            tenants.insert(tenant.to_string(), tenant);
+        }
+    }
+    Ok(tenants.into_values().collect())
+}
+
+/// An erasure record in the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErasureRecord {
+    /// Its ledger sequence.
+    pub seq: u64,
+    /// The erasure's id.
+    pub erasure_id: String,
+    /// The tenant whose content it erased.
+    pub tenant: String,
+    /// The blobs it deleted.
+    pub blob_ids: Vec<String>,
+}
+
+/// Every erasure record in the ledger, in ledger order.
+pub async fn erasure_records(js: &jetstream::Context, ledger: &str) -> Result<Vec<ErasureRecord>> {
+    let filter = format!("atl.ledger.{}.{ERASURE_CLASS}", Tenant::SYSTEM);
+    let mut out = Vec::new();
+    for (seq, entry) in read_filtered(js, ledger, &filter).await? {
+        let Ok(event) = entry.event_json() else { continue };
+        let data = &event["data"];
+        out.push(ErasureRecord {
+            seq,
+            erasure_id: data["erasure_id"].as_str().unwrap_or_default().to_owned(),
+            tenant: data["tenant"].as_str().unwrap_or_default().to_owned(),
+            blob_ids: data["blob_ids"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|b| b.as_str().map(str::to_owned))
+                .collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// An extension attribute, else the data field of that name.
+fn attribute(event: &Value, extension: &str, field: &str) -> Option<String> {
+    event
+        .get(extension)
+        .or_else(|| event["data"].get(field))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// Every entry of `ledger` on subjects matching `filter`, in ledger order.
+async fn read_filtered(
+    js: &jetstream::Context,
+    ledger: &str,
+    filter: &str,
+) -> Result<Vec<(u64, LedgerEntry)>> {
+    read_raw(js, ledger, filter)
+        .await?
+        .into_iter()
+        .map(|(seq, bytes)| {
+            LedgerEntry::from_bytes(&bytes)
+                .map(|entry| (seq, entry))
+                .map_err(|e| Error::Erasure {
+                    reason: format!("ledger seq {seq} is not a ledger entry: {e}"),
+                })
+        })
+        .collect()
+}
+
+/// Every message of `stream` on subjects matching `filter`, in stream order.
+async fn read_raw(js: &jetstream::Context, ledger: &str, filter: &str) -> Result<Vec<(u64, bytes::Bytes)>> {
+    let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
+        stream: ledger.to_owned(),
+        reason: e.to_string(),
+    };
+    let stream = js.get_stream(ledger).await.map_err(|e| stream_error(&e))?;
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            filter_subject: filter.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| stream_error(&e))?;
+    let mut pending = consumer.cached_info().num_pending;
+    let mut out = Vec::new();
+    if pending == 0 {
+        return Ok(out);
+    }
+    let mut messages = consumer.messages().await.map_err(|e| stream_error(&e))?;
+    while pending > 0 {
+        let message = tokio::time::timeout(READ_STALL, messages.next())
+            .await
+            .map_err(|_| Error::Stream {
+                stream: ledger.to_owned(),
+                reason: format!("read of {filter} stalled"),
+            })?
+            .ok_or_else(|| stream_error(&"the read ended early"))?
+            .map_err(|e| stream_error(&e))?;
+        let info = message.info().map_err(|e| stream_error(&e))?;
+        pending = info.pending;
+        out.push((info.stream_sequence, message.payload.clone()));
+    }
+    Ok(out)
+}
+
+/// What the retention job did for one tenant.
+#[derive(Debug, Clone)]
+pub struct RetentionRun {
+    /// The tenant.
+    pub tenant: Tenant,
+    /// The erasure, when something was past its maximum age.
+    pub outcome: ErasureOutcome,
+}
+
+/// The retention job: for every tenant with content in the ledger and a maximum age, erases the
+/// payloads older than it (never inside the legal hold: the configuration keeps max ≥ min).
+pub async fn run_retention(
+    js: &jetstream::Context,
+    ledger: &str,
+    blobs: &BlobStore,
+    retention: &toolledger_core::config::RetentionConfig,
+    now: DateTime<Utc>,
+) -> Result<Vec<RetentionRun>> {
+    let mut runs = Vec::new();
+    for tenant in ledger_tenants(js, ledger).await? {
+        let policy = retention.for_tenant(tenant.as_str());
+        let Some(target) = retention_target(policy, now) else {
+            continue;
+        };
+        let request = ErasureRequest {
+            tenant: tenant.clone(),
+            target,
+            reason: format!(
+                "retention: older than {} days",
+                policy.max_days.unwrap_or_default()
+            ),
+            authority: "retention policy".to_owned(),
+            requested_by: "toolledger retention".to_owned(),
+            force: false,
+        };
+        let plan = plan(js, ledger, &request).await?;
+        let outcome = execute(js, blobs, &request, &plan, policy, now).await?;
+        if outcome.erasure_id.is_some() {
+            tracing::info!(tenant = %tenant, blobs = outcome.deleted.len(), "retention erased content");
+        }
+        runs.push(RetentionRun { tenant, outcome });
+    }
+    Ok(runs)
+}

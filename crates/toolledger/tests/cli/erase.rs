@@ -1,0 +1,300 @@
+//! `toolledger erase` end to end: ingest and the projector running as processes, erasable inputs and
+//! results offloaded, then an invocation's content erased — refused inside the legal hold, done once
+//! forced by the clock — and afterwards found nowhere (blobs, projection, quarantine, a rebuild) while
+//! `verify` passes and the other invocation keeps its content. Retention then erases what is past its
+//! maximum age on a clock the test sets.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use serde_json::{Value, json};
+use toolledger_testkit::{ChildProcess, NatsFixture};
+
+use crate::toolledger;
+
+const ERASE_ME: &str = "erase-me-7d1c5e";
+const KEEP_ME: &str = "keep-me-93ab0f";
+
+fn config(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("toolledger.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"data_dir = "{data}"
+[telemetry]
+metrics_listen = "127.0.0.1:0"
+log_filter = "warn"
+log_format = "text"
+[nats]
+server_bin = "nats-server"
+listen = "127.0.0.1:4222"
+[payloads]
+erasable_paths = ["/data/model_input", "/data/observable_input", "/data/call_input", "/data/content"]
+[retention]
+default = {{ min_days = 7, max_days = 30 }}
+"#,
+            data = dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn tool(config: &Path, args: &[&str]) -> (bool, String) {
+    let mut child = ChildProcess::spawn(
+        toolledger(),
+        args,
+        &[("TOOLLEDGER_CONFIG", config.to_str().unwrap())],
+    );
+    let status = child
+        .wait_timeout(Duration::from_secs(120))
+        .expect("the tool finishes");
+    (status.success(), format!("{}{}", child.stdout(), child.stderr()))
+}
+
+fn event(id: &str, class: &str, invocation: &str, data: Value) -> Value {
+    json!({"specversion": "1.0", "id": id, "source": "urn:erase-test", "type": class, "tenant": "acme",
+        "subject": invocation, "invocationid": invocation, "sessionid": "sess-erase",
+        "time": "2026-05-08T09:00:00Z", "data": data})
+}
+
+/// A planned invocation and its result, carrying `marker` in inputs and content.
+fn invocation(invocation: &str, marker: &str) -> Vec<Value> {
+    vec![
+        event(
+            &format!("{invocation}-planned"),
+            "tool.invocation.planned",
+            invocation,
+            json!({
+            "schema_version": "0.2.0", "invocation_id": invocation, "tool_id": "notes.write",
+            "session_id": "sess-erase", "status": "planned", "created_at": "2026-05-08T09:00:00Z",
+            "model_input": {"note": format!("{marker} model")}, "call_input": {"note": format!("{marker} call")}}),
+        ),
+        event(
+            &format!("{invocation}-result"),
+            "tool.result.created",
+            invocation,
+            json!({
+            "schema_version": "0.2.0", "result_id": format!("{invocation}-res"), "invocation_id": invocation,
+            "status": "succeeded", "is_error": false, "created_at": "2026-05-08T09:00:01Z",
+            "content": [{"type": "text", "text": format!("{marker} result")}]}),
+        ),
+    ]
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_with(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut hits = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if std::fs::read(&path)
+                .unwrap()
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+            {
+                hits.push(path);
+            }
+        }
+    }
+    hits
+}
+
+async fn stream_messages(js: &jetstream::Context, name: &str) -> u64 {
+    js.get_stream(name)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages
+}
+
+/// Waits until the projection's erasures table holds `count` rows.
+fn wait_projected_erasures(data: &Path, count: i64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = toolledger_projector::Generations::new(data)
+            .current()
+            .unwrap()
+            .and_then(|g| toolledger_projector::Store::open_readonly(&g.database()).ok())
+            .and_then(|store| {
+                store
+                    .connection()
+                    .query_row("SELECT count(*) FROM erasures", [], |r| r.get::<_, i64>(0))
+                    .ok()
+            });
+        if found == Some(count) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the projection has {found:?} erasures");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn erased_content_is_nowhere_yet_the_ledger_verifies_and_retention_follows_the_clock() {
+    let nats = NatsFixture::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let (ok, out) = tool(&config, &["init", "--nats-url", &url, "--tenant", "acme"]);
+    assert!(ok, "{out}");
+    let env = [("TOOLLEDGER_CONFIG", config.to_str().unwrap())];
+    let mut ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", url.as_str()], &env);
+    let mut project = ChildProcess::spawn(toolledger(), ["project", "--nats-url", url.as_str()], &env);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let js = runtime.block_on(async { jetstream::new(nats.client().await) });
+    let mut events = invocation("inv-erase", ERASE_ME);
+    events.extend(invocation("inv-keep", KEEP_ME));
+    // A rejected copy of the erased invocation's event (no tool_id type): its original is quarantined.
+    let mut rejected = events[0].clone();
+    rejected["id"] = json!("inv-erase-rejected");
+    rejected["data"]["tool_id"] = json!(42);
+    events.push(rejected);
+    runtime.block_on(async {
+        let outgoing = toolledger_wire::produce::prepare_all(&events, toolledger_wire::Mode::Binary).unwrap();
+        let report = toolledger_wire::produce::publish_all(&js, outgoing).await;
+        assert!(report.failed.is_empty(), "{:?}", report.failed);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while stream_messages(&js, "ATL_LEDGER").await < 5 {
+            assert!(Instant::now() < deadline, "{}", ingest.stderr());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(stream_messages(&js, "ATL_QUARANTINE").await, 1);
+    });
+    assert!(
+        !files_with(&data.join("blobs"), ERASE_ME).is_empty(),
+        "inputs and content were offloaded"
+    );
+    let (ok, out) = tool(&config, &["verify", "--nats-url", &url]);
+    assert!(
+        ok && out.contains("6 payload commitments checked (0 erased)"),
+        "{out}"
+    );
+
+    // Inside the 7-day legal hold: refused, nothing deleted.
+    let erase = |extra: &[&str]| {
+        let mut args = vec![
+            "erase",
+            "--nats-url",
+            &url,
+            "--tenant",
+            "acme",
+            "--invocation",
+            "inv-erase",
+            "--reason",
+            "data-subject request 12",
+            "--authority",
+            "DPO ticket 12",
+            "--actor",
+            "dpo",
+        ];
+        args.extend_from_slice(extra);
+        tool(&config, &args)
+    };
+    let (ok, out) = erase(&[]);
+    assert!(!ok && out.contains("legal hold"), "{out}");
+    assert!(!files_with(&data.join("blobs"), ERASE_ME).is_empty());
+
+    // An admin forces it.
+    let (ok, out) = erase(&["--force"]);
+    assert!(
+        ok && out.contains("erased 3 blobs") && out.contains("recorded at ledger seq"),
+        "{out}\n{}",
+        ingest.stderr()
+    );
+    let (ok, out) = erase(&["--force"]);
+    assert!(ok && out.contains("nothing left to erase"), "idempotent: {out}");
+    wait_projected_erasures(&data, 1);
+
+    assert_eq!(
+        files_with(&data.join("blobs"), ERASE_ME),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert_eq!(
+        files_with(&data.join("projections"), ERASE_ME),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert!(
+        !files_with(&data.join("blobs"), KEEP_ME).is_empty(),
+        "the other invocation keeps its content"
+    );
+    runtime.block_on(async {
+        assert_eq!(
+            stream_messages(&js, "ATL_QUARANTINE").await,
+            0,
+            "the rejected copy is gone too"
+        );
+    });
+    let (ok, out) = tool(&config, &["verify", "--nats-url", &url]);
+    assert!(
+        ok && out.contains("6 payload commitments checked (3 erased)"),
+        "{out}"
+    );
+
+    // A rebuild brings nothing back: the content was only ever in the blobs.
+    let stopped = project
+        .terminate(Duration::from_secs(30))
+        .expect("projector stops");
+    assert!(stopped.success(), "{}", project.stderr());
+    let (ok, out) = tool(&config, &["rebuild", "--nats-url", &url]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        files_with(&data.join("projections"), ERASE_ME),
+        Vec::<std::path::PathBuf>::new()
+    );
+    let store = toolledger_projector::Store::open_readonly(
+        &toolledger_projector::Generations::new(&data)
+            .current()
+            .unwrap()
+            .unwrap()
+            .database(),
+    )
+    .unwrap();
+    let erased: i64 = store
+        .connection()
+        .query_row(
+            "SELECT count(*) FROM erased_blobs WHERE tenant = 'acme'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(erased, 3);
+
+    // Retention on the test's clock: 10 days on nothing is past 30 days; 40 days on the rest goes.
+    let in_days = |days: i64| (chrono::Utc::now() + chrono::Duration::days(days)).to_rfc3339();
+    let (ok, out) = tool(
+        &config,
+        &["erase", "--nats-url", &url, "--retention", "--now", &in_days(10)],
+    );
+    assert!(ok && out.contains("nothing left to erase"), "{out}");
+    assert!(!files_with(&data.join("blobs"), KEEP_ME).is_empty());
+    let (ok, out) = tool(
+        &config,
+        &["erase", "--nats-url", &url, "--retention", "--now", &in_days(40)],
+    );
+    assert!(ok && out.contains("erased 3 blobs"), "{out}");
+    assert_eq!(
+        files_with(&data.join("blobs"), KEEP_ME),
+        Vec::<std::path::PathBuf>::new()
+    );
+    let (ok, out) = tool(&config, &["verify", "--nats-url", &url]);
+    assert!(
+        ok && out.contains("6 payload commitments checked (6 erased)"),
+        "{out}"
+    );
+
+    let stopped = ingest.terminate(Duration::from_secs(30)).expect("ingest stops");
+    assert!(stopped.success(), "{}", ingest.stderr());
+}
