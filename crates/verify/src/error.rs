@@ -48,6 +48,75 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// An evidence bundle file is not a well-formed bundle (JSON shape, canonical form, encodings,
+    /// entry order): see `docs/evidence-bundles.md`.
+    #[error("malformed evidence bundle: {reason}")]
+    MalformedBundle {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A signed checkpoint in (or for) an evidence bundle does not verify with the trusted keys or
+    /// does not parse as a checkpoint.
+    #[error("{which} is not trusted: {reason}")]
+    BundleCheckpointUntrusted {
+        /// `checkpoint`, `old checkpoint` or `held checkpoint`.
+        which: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// An entry of an evidence bundle is not proven: outside the tree, not included under the signed
+    /// root, not a ledger entry, or not part of the bundle's selection.
+    #[error("bundle entry at ledger seq {seq} rejected: {reason}")]
+    BundleEntryRejected {
+        /// The entry's ledger sequence.
+        seq: u64,
+        /// Why.
+        reason: String,
+    },
+    /// A payload blob in an evidence bundle does not match its entry's payload reference.
+    #[error("bundle payload {blob_id} of ledger seq {seq} rejected: {reason}")]
+    BundlePayloadRejected {
+        /// The entry's ledger sequence.
+        seq: u64,
+        /// The blob.
+        blob_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The bundle's consistency proof does not link the older checkpoint to the bundle's.
+    #[error("bundle checkpoint of size {new_size} is not proven consistent with size {old_size}: {reason}")]
+    BundleNotConsistent {
+        /// The older checkpoint's size.
+        old_size: u64,
+        /// The bundle checkpoint's size.
+        new_size: u64,
+        /// Why.
+        reason: String,
+    },
+    /// The ledger's tree at the size of a checkpoint the auditor holds has another root: the ledger
+    /// was rewritten since, or the held checkpoint comes from a fork signed with the same key.
+    #[error("the held checkpoint of size {size} has root {held}, the ledger's tree at that size {ledger}")]
+    HeldCheckpointDiverges {
+        /// The held checkpoint's size.
+        size: u64,
+        /// Its root, hex.
+        held: String,
+        /// The ledger's root at that size, hex.
+        ledger: String,
+    },
+    /// A bundle was requested without any entry.
+    #[error("an evidence bundle needs at least one ledger entry")]
+    EmptyBundle,
+    /// A payload blob could not be read for a bundle, or does not match its commitment in the store.
+    #[error("payload {blob_id} of ledger seq {seq}: {reason}")]
+    BundlePayloadUnavailable {
+        /// The entry's ledger sequence.
+        seq: u64,
+        /// The blob.
+        blob_id: String,
+        /// Why.
+        reason: String,
+    },
     /// The Merkle library refused (a proof, a tile, a signature).
     #[error("merkle: {0}")]
     Merkle(#[from] toolledger_merkle::Error),

@@ -15,18 +15,24 @@
 //! - [`read`]: reading the ledger and checkpoint streams (ordered consumers, direct gets).
 //! - [`mod@verify`]: [`verify_ledger`], the [`Report`] and its typed [`Finding`]s.
 //! - [`prove`]: [`prove_inclusion`] and [`prove_consistency`], their JSON outputs and offline checks.
+//! - [`bundle`]: evidence bundles (`docs/evidence-bundles.md`): [`bundle::build_bundle`] from NATS and a
+//!   blob store, [`bundle::verify_bundle`] offline with the verifier key alone.
 //!
 //! Data enters from NATS (the two streams and their live configurations) and an optional tile store;
 //! it leaves as a report and as JSON proofs. Nothing is written anywhere.
 #![warn(missing_docs)]
 
+pub mod bundle;
 mod error;
 pub mod prove;
 pub mod read;
 pub mod verify;
 
 pub use error::{Error, Result};
-pub use prove::{ConsistencyOutput, InclusionOutput, ProveSource, prove_consistency, prove_inclusion};
+pub use prove::{
+    ConsistencyOutput, InclusionOutput, ProveSource, SignedCheckpoint, prove_consistency, prove_inclusion,
+    signed_checkpoint,
+};
 pub use verify::{Finding, Progress, Report, VerifyOptions, verify_ledger};
 
 /// Lowercase hex of a byte string.

@@ -157,7 +157,7 @@ impl ConsistencyOutput {
 
 /// A reader over a tree of `size` whose root is `root`: the tiles when they agree, else tiles
 /// rebuilt in memory from the ledger's first `size` entries.
-async fn tree_reader(
+pub(crate) async fn tree_reader(
     js: &jetstream::Context,
     source: &ProveSource,
     size: u64,
@@ -190,7 +190,8 @@ async fn tree_reader(
     Ok(TileReader::new(store))
 }
 
-async fn checkpoints(js: &jetstream::Context, source: &ProveSource) -> Result<Vec<Signed>> {
+/// The trusted checkpoints, in growing size order.
+pub(crate) async fn checkpoints(js: &jetstream::Context, source: &ProveSource) -> Result<Vec<Signed>> {
     Ok(trusted_checkpoints(
         js,
         &source.checkpoint_stream,
@@ -199,6 +200,53 @@ async fn checkpoints(js: &jetstream::Context, source: &ProveSource) -> Result<Ve
     )
     .await?
     .0)
+}
+
+/// A trusted signed checkpoint, as a checkpoint endpoint serves it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedCheckpoint {
+    /// Its sequence in the checkpoint stream.
+    pub checkpoint_seq: u64,
+    /// The log's origin.
+    pub origin: String,
+    /// The tree size.
+    pub size: u64,
+    /// The root, hex.
+    pub root: String,
+    /// The C2SP signed note, verbatim.
+    pub note: String,
+}
+
+impl From<&Signed> for SignedCheckpoint {
+    fn from(signed: &Signed) -> Self {
+        Self {
+            checkpoint_seq: signed.seq,
+            origin: signed.checkpoint.origin.clone(),
+            size: signed.checkpoint.size,
+            root: hex(&signed.checkpoint.root),
+            note: signed.note.clone(),
+        }
+    }
+}
+
+/// The newest trusted checkpoint, or the trusted checkpoint of tree size `size`. Reads the whole
+/// checkpoint stream (one message per thousands of entries), so every signature is checked and
+/// untrusted or out-of-order notes are never served.
+pub async fn signed_checkpoint(
+    js: &jetstream::Context,
+    source: &ProveSource,
+    size: Option<u64>,
+) -> Result<SignedCheckpoint> {
+    let trusted = checkpoints(js, source).await?;
+    let found = match size {
+        Some(size) => trusted.iter().find(|s| s.checkpoint.size == size),
+        None => trusted.last(),
+    };
+    found
+        .map(SignedCheckpoint::from)
+        .ok_or_else(|| Error::NoCheckpoint {
+            wanted: size.map_or_else(|| "at all".to_owned(), |size| format!("of size {size}")),
+        })
 }
 
 /// Proves that the entry at ledger `seq` is in the signed tree of `checkpoint_size`, or in the
@@ -228,11 +276,29 @@ pub async fn prove_inclusion(
                 wanted: format!("covering seq {seq}"),
             })?,
     };
+    let reader = tree_reader(js, source, signed.checkpoint.size, &signed.checkpoint.root).await?;
+    inclusion_in(js, source, &reader, signed, seq).await
+}
+
+/// Proves the entry at ledger `seq` is in the signed tree `signed`, with proofs from `reader` (a
+/// reader over that tree). Shared by [`prove_inclusion`] and evidence bundles, which prove many
+/// entries in one tree.
+pub(crate) async fn inclusion_in(
+    js: &jetstream::Context,
+    source: &ProveSource,
+    reader: &TileReader,
+    signed: &Signed,
+    seq: u64,
+) -> Result<InclusionOutput> {
     let size = signed.checkpoint.size;
     let root = signed.checkpoint.root;
+    if seq == 0 || seq > size {
+        return Err(Error::NoCheckpoint {
+            wanted: format!("of size {size} covering seq {seq}"),
+        });
+    }
     let entry = read::message(js, &source.ledger_stream, seq).await?;
     let leaf = leaf_hash(&entry);
-    let reader = tree_reader(js, source, size, &root).await?;
     let proof = reader.inclusion_proof(seq - 1, size).await?;
     proof
         .verify(&leaf, &root)
@@ -279,19 +345,32 @@ pub async fn prove_consistency(
         None if from_size == 0 => toolledger_merkle::empty_root(),
         None => reader.root(from_size).await?,
     };
-    let proof = reader.consistency_proof(from_size, to_size).await?;
-    proof
-        .verify(&old_root, &new.checkpoint.root)
-        .map_err(|e| Error::ProofDoesNotVerify {
-            reason: e.to_string(),
-        })?;
+    let proof = consistency_in(&reader, from_size, to_size, &old_root, &new.checkpoint.root).await?;
     Ok(ConsistencyOutput {
         old_size: from_size,
         new_size: to_size,
         old_root: hex(&old_root),
         new_root: hex(&new.checkpoint.root),
-        proof: proof.hashes.iter().map(|h| hex(h)).collect(),
+        proof,
         old_checkpoint: old.map(|o| o.note.clone()),
         new_checkpoint: new.note.clone(),
     })
+}
+
+/// The consistency path (hex) from the tree of `from_size` with `old_root` to the tree of `to_size`
+/// with `new_root`, read from `reader` (over the newer tree) and checked before it is returned.
+pub(crate) async fn consistency_in(
+    reader: &TileReader,
+    from_size: u64,
+    to_size: u64,
+    old_root: &Hash,
+    new_root: &Hash,
+) -> Result<Vec<String>> {
+    let proof = reader.consistency_proof(from_size, to_size).await?;
+    proof
+        .verify(old_root, new_root)
+        .map_err(|e| Error::ProofDoesNotVerify {
+            reason: e.to_string(),
+        })?;
+    Ok(proof.hashes.iter().map(|h| hex(h)).collect())
 }
