@@ -59,6 +59,25 @@ pub enum Error {
         /// Why it cannot be used.
         reason: String,
     },
+    /// An analyst's statement does something the sandbox forbids (a write, ATTACH, a PRAGMA, a table
+    /// outside the tenant's views, a denied function).
+    #[error("sql refused: {reason}")]
+    SqlRefused {
+        /// What was refused.
+        reason: String,
+    },
+    /// An analyst's statement ran past its time limit and was interrupted.
+    #[error("sql interrupted: the statement ran longer than {limit_ms} ms")]
+    SqlTimeout {
+        /// The limit.
+        limit_ms: u64,
+    },
+    /// An analyst's statement does not parse or fails in SQLite.
+    #[error("sql error: {reason}")]
+    SqlInvalid {
+        /// SQLite's message.
+        reason: String,
+    },
     /// The SQLite writer thread stopped unexpectedly.
     #[error("projection writer stopped: {reason}")]
     WriterStopped {

@@ -16,6 +16,8 @@
 //!   inputs and mutations, decisions, hooks, progress, results, catalog, surfaces, deferred refs,
 //!   sessions and the ledger's own records. Partial snapshots are merged field by field.
 //! - [`generation`]: `<data_dir>/projections/gen-<n>/` and the atomically switched `current` pointer.
+//! - [`sql`]: analysts' read-only SQL over one tenant's views, under an authorizer and time and row
+//!   limits ([`run_sql`]).
 //!
 //! Data leaves as SQLite files that readers open read-only ([`Store::open_readonly`]) and reopen
 //! to follow a rebuild.
@@ -25,9 +27,11 @@ mod apply;
 mod error;
 pub mod generation;
 pub mod runner;
+pub mod sql;
 pub mod store;
 
 pub use error::{Error, Result};
 pub use generation::{Generation, Generations};
 pub use runner::{Options, RebuildSummary, RunSummary, rebuild, run};
+pub use sql::{SqlLimits, SqlResult, SqlScope, run_sql};
 pub use store::{RawEntry, SCHEMA_SQL, SCHEMA_VERSION, Store};

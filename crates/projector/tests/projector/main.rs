@@ -8,6 +8,7 @@
 mod generations;
 mod ledger;
 mod store;
+mod sql;
 mod truth;
 
 /// `docs/projections.md` carries the schema exactly as the code creates it.

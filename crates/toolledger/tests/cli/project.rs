@@ -49,7 +49,7 @@ fn seed() -> u64 {
 }
 
 /// The canonical entry ingest would append for a structured CloudEvent.
-fn entry_bytes(event: &Value) -> Vec<u8> {
+pub(crate) fn entry_bytes(event: &Value) -> Vec<u8> {
     let subject = format!(
         "atl.in.{}.{}",
         event["tenant"].as_str().unwrap(),
