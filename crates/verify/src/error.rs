@@ -5,6 +5,12 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A backup could not be written, read or restored.
+    #[error("backup: {reason}")]
+    Backup {
+        /// What went wrong.
+        reason: String,
+    },
     /// A stream could not be read or inspected.
     #[error("stream {stream}: {reason}")]
     Stream {

@@ -18,10 +18,13 @@
 //! - [`bundle`]: evidence bundles (`docs/evidence-bundles.md`): [`bundle::build_bundle`] from NATS and a
 //!   blob store, [`bundle::verify_bundle`] offline with the verifier key alone.
 //!
+//! - [`backup`]: the two streams to files and back into a fresh contract, byte for byte.
+//!
 //! Data enters from NATS (the two streams and their live configurations) and an optional tile store;
-//! it leaves as a report and as JSON proofs. Nothing is written anywhere.
+//! it leaves as a report and as JSON proofs. Only [`backup::restore`] writes (into empty streams).
 #![warn(missing_docs)]
 
+pub mod backup;
 pub mod bundle;
 mod error;
 pub mod prove;

@@ -90,6 +90,11 @@ impl StreamReader {
 
     /// The next message's sequence and payload; `None` after the last.
     pub async fn next(&mut self) -> Result<Option<(u64, Bytes)>> {
+        Ok(self.next_message().await?.map(|(seq, _, payload)| (seq, payload)))
+    }
+
+    /// The next message's sequence, subject and payload; `None` after the last.
+    pub async fn next_message(&mut self) -> Result<Option<(u64, String, Bytes)>> {
         let Some(messages) = self.messages.as_mut() else {
             return Ok(None);
         };
@@ -111,7 +116,7 @@ impl StreamReader {
         if seq > self.last {
             return Ok(None);
         }
-        Ok(Some((seq, message.payload.clone())))
+        Ok(Some((seq, message.subject.to_string(), message.payload.clone())))
     }
 }
 

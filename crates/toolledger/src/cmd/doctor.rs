@@ -1,0 +1,400 @@
+//! `toolledger doctor`: checks a deployment and says what to do about each problem.
+//!
+//! ```text
+//! config (already loaded) ─▶ NATS reachable ─▶ stream contract (limits, deny flags, replicas)
+//!   ─▶ ingest lag (ATL_INBOUND backlog and its oldest message) ─▶ checkpoint age against the ledger
+//!   ─▶ quarantine rate (last hour) ─▶ projection lag ─▶ disk space of the data directory
+//! ```
+//!
+//! Each check is `ok`, `warn` or `fail` with a detail and, when not ok, the action (the runbooks in
+//! docs/runbooks.md say more). Exit codes: 0 nothing failed (warnings allowed), 1 a check failed.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use chrono::Utc;
+use serde::Serialize;
+use toolledger_core::config::Config;
+use toolledger_wire::streams::{self, CHECKPOINTS, INBOUND, LEDGER, QUARANTINE};
+
+use super::init::nats_url;
+
+/// Backlog above which ingest is reported as lagging.
+const LAG_MESSAGES: u64 = 10_000;
+/// Age of the oldest inbound message above which ingest is reported as lagging.
+const LAG_AGE: Duration = Duration::from_secs(60);
+/// Quarantined messages per hour above which the rate is reported.
+const QUARANTINE_PER_HOUR: u64 = 100;
+/// Free space below which the data directory's disk is reported.
+const LOW_DISK_BYTES: u64 = 1 << 30;
+
+/// Flags of `toolledger doctor`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print the checks as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// NATS server URL; overrides `nats.url` (`TOOLLEDGER_NATS__URL`).
+    #[arg(long, value_name = "URL")]
+    pub nats_url: Option<String>,
+}
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Check {
+    name: &'static str,
+    status: Status,
+    detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action: Option<String>,
+}
+
+fn check(name: &'static str, status: Status, detail: impl Into<String>, action: Option<&str>) -> Check {
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+        action: action.map(str::to_owned),
+    }
+}
+
+/// Runs every check and prints them.
+pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
+    let mut checks = vec![check(
+        "config",
+        Status::Ok,
+        format!("loaded; data directory {}", config.data_dir.display()),
+        None,
+    )];
+    let url = nats_url(&config, args.nats_url.as_deref());
+    let client = match url {
+        Ok(url) => {
+            match tokio::time::timeout(
+                Duration::from_secs(5),
+                toolledger_wire::connect::connect(&url, "toolledger-doctor"),
+            )
+            .await
+            {
+                Ok(Ok(client)) => {
+                    checks.push(check(
+                        "nats",
+                        Status::Ok,
+                        format!("connected to {}", toolledger_wire::connect::redacted(&url)),
+                        None,
+                    ));
+                    Some(client)
+                }
+                Ok(Err(error)) => {
+                    checks.push(check(
+                        "nats",
+                        Status::Fail,
+                        error.to_string(),
+                        Some("start nats-server or fix nats.url and its credentials"),
+                    ));
+                    None
+                }
+                Err(_) => {
+                    checks.push(check(
+                        "nats",
+                        Status::Fail,
+                        "no answer in 5 s",
+                        Some("start nats-server or fix nats.url"),
+                    ));
+                    None
+                }
+            }
+        }
+        Err(error) => {
+            checks.push(check(
+                "nats",
+                Status::Fail,
+                error.to_string(),
+                Some("set nats.url or pass --nats-url"),
+            ));
+            None
+        }
+    };
+    let mut ledger_last = None;
+    if let Some(client) = client {
+        let js = jetstream::new(client);
+        checks.push(contract(&js).await);
+        checks.push(ingest_lag(&js).await);
+        let (checkpoint, last) = checkpoint_age(&js, &config).await;
+        checks.push(checkpoint);
+        ledger_last = last;
+        checks.push(quarantine_rate(&js).await);
+    }
+    checks.push(projection_lag(&config, ledger_last));
+    checks.push(disk(&config));
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&checks)?);
+    } else {
+        for c in &checks {
+            let status = match c.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            println!("{status}  {:<12} {}", c.name, c.detail);
+            if let Some(action) = &c.action {
+                println!("      {:<12} → {action}", "");
+            }
+        }
+    }
+    let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
+    anyhow::ensure!(failed == 0, "{failed} check(s) failed");
+    Ok(())
+}
+
+async fn contract(js: &jetstream::Context) -> Check {
+    let findings = streams::check_contract(js).await;
+    if findings.is_empty() {
+        return check(
+            "streams",
+            Status::Ok,
+            "ATL_INBOUND, ATL_LEDGER, ATL_CHECKPOINTS, ATL_QUARANTINE and ATL_LEASES as DESIGN §2 requires",
+            None,
+        );
+    }
+    let detail = findings
+        .iter()
+        .map(|f| format!("{} {}: is {}, needs {}", f.stream, f.field, f.actual, f.required))
+        .collect::<Vec<_>>()
+        .join("; ");
+    check(
+        "streams",
+        Status::Fail,
+        detail,
+        Some(
+            "run `toolledger init` as admin to create what is missing; a weakened ledger stream needs an admin to restore its limits (docs/runbooks.md)",
+        ),
+    )
+}
+
+async fn ingest_lag(js: &jetstream::Context) -> Check {
+    let Ok(mut inbound) = js.get_stream(INBOUND).await else {
+        return check(
+            "ingest lag",
+            Status::Fail,
+            "ATL_INBOUND is missing",
+            Some("run `toolledger init`"),
+        );
+    };
+    let Ok(info) = inbound.info().await else {
+        return check("ingest lag", Status::Fail, "ATL_INBOUND is unreadable", None);
+    };
+    let backlog = info.state.messages;
+    if backlog == 0 {
+        return check("ingest lag", Status::Ok, "ATL_INBOUND is empty", None);
+    }
+    let oldest = Utc::now().signed_duration_since(chrono::DateTime::<Utc>::from(
+        std::time::SystemTime::from(info.state.first_timestamp),
+    ));
+    let age = oldest.to_std().unwrap_or_default();
+    let detail = format!("{backlog} messages waiting, the oldest for {}s", age.as_secs());
+    if backlog > LAG_MESSAGES || age > LAG_AGE {
+        check(
+            "ingest lag",
+            Status::Warn,
+            detail,
+            Some("is `toolledger ingest` running (its /healthz)? see docs/runbooks.md \"Ingest lag\""),
+        )
+    } else {
+        check("ingest lag", Status::Ok, detail, None)
+    }
+}
+
+async fn checkpoint_age(js: &jetstream::Context, config: &Config) -> (Check, Option<u64>) {
+    let ledger_last = toolledger_verify::read::last_sequence(js, LEDGER).await.ok();
+    let Ok(mut stream) = js.get_stream(CHECKPOINTS).await else {
+        return (
+            check(
+                "checkpoints",
+                Status::Fail,
+                "ATL_CHECKPOINTS is missing",
+                Some("run `toolledger init`"),
+            ),
+            ledger_last,
+        );
+    };
+    let last = match stream.info().await {
+        Ok(info) => info.state.last_sequence,
+        Err(error) => {
+            return (
+                check("checkpoints", Status::Fail, error.to_string(), None),
+                ledger_last,
+            );
+        }
+    };
+    let entries = ledger_last.unwrap_or(0);
+    if last == 0 {
+        let status = if entries == 0 { Status::Ok } else { Status::Warn };
+        return (
+            check("checkpoints", status, format!("none signed yet; the ledger holds {entries} entries"), (status != Status::Ok).then_some("is `toolledger ingest` running with its signing key? see docs/runbooks.md \"Checkpoint stall\"")),
+            ledger_last,
+        );
+    }
+    let Ok(message) = stream.get_raw_message(last).await else {
+        return (
+            check(
+                "checkpoints",
+                Status::Fail,
+                "the newest checkpoint is unreadable",
+                None,
+            ),
+            ledger_last,
+        );
+    };
+    let note = String::from_utf8_lossy(&message.payload).into_owned();
+    let size = note
+        .lines()
+        .nth(1)
+        .and_then(|l| l.parse::<u64>().ok())
+        .unwrap_or(0);
+    let signed_at = chrono::DateTime::<Utc>::from(std::time::SystemTime::from(message.time));
+    let age = Utc::now()
+        .signed_duration_since(signed_at)
+        .to_std()
+        .unwrap_or_default();
+    let interval = Duration::from_millis(config.ledger.checkpoint_interval_ms);
+    let behind = entries.saturating_sub(size);
+    let detail = format!("newest signs {size} of {entries} entries, {}s ago", age.as_secs());
+    if behind > 0 && age > interval * 3 {
+        (
+            check(
+                "checkpoints",
+                Status::Warn,
+                detail,
+                Some(
+                    "the ledger grew but no checkpoint followed: check ingest's logs and key file; see docs/runbooks.md \"Checkpoint stall\"",
+                ),
+            ),
+            ledger_last,
+        )
+    } else {
+        (check("checkpoints", Status::Ok, detail, None), ledger_last)
+    }
+}
+
+async fn quarantine_rate(js: &jetstream::Context) -> Check {
+    let Ok(mut stream) = js.get_stream(QUARANTINE).await else {
+        return check(
+            "quarantine",
+            Status::Fail,
+            "ATL_QUARANTINE is missing",
+            Some("run `toolledger init`"),
+        );
+    };
+    let state = match stream.info().await {
+        Ok(info) => info.state.clone(),
+        Err(error) => return check("quarantine", Status::Warn, format!("cannot read: {error}"), None),
+    };
+    if state.messages == 0 {
+        return check("quarantine", Status::Ok, "nothing quarantined", None);
+    }
+    let time = |t| chrono::DateTime::<Utc>::from(std::time::SystemTime::from(t));
+    let (first, last) = (time(state.first_timestamp), time(state.last_timestamp));
+    let span_hours = (last - first).num_seconds().max(3600) as f64 / 3600.0;
+    let per_hour = state.messages as f64 / span_hours;
+    let newest = (Utc::now() - last).num_seconds().max(0);
+    let detail = format!(
+        "{} messages kept, about {per_hour:.0} per hour, the newest {newest}s ago",
+        state.messages
+    );
+    if per_hour > QUARANTINE_PER_HOUR as f64 && newest < 3600 {
+        check(
+            "quarantine",
+            Status::Warn,
+            detail,
+            Some("`toolledger quarantine list` shows the reasons; see docs/runbooks.md \"Quarantine spike\""),
+        )
+    } else {
+        check("quarantine", Status::Ok, detail, None)
+    }
+}
+
+fn projection_lag(config: &Config, ledger_last: Option<u64>) -> Check {
+    let generation = match toolledger_projector::Generations::new(&config.data_dir).current() {
+        Ok(Some(generation)) => generation,
+        Ok(None) => {
+            return check(
+                "projection",
+                Status::Warn,
+                "no projection in this data directory",
+                Some("run `toolledger project` (or `toolledger up`)"),
+            );
+        }
+        Err(error) => {
+            return check(
+                "projection",
+                Status::Fail,
+                error.to_string(),
+                Some("run `toolledger rebuild`"),
+            );
+        }
+    };
+    let position =
+        toolledger_projector::Store::open_readonly(&generation.database()).and_then(|s| s.position());
+    match (position, ledger_last) {
+        (Err(error), _) => check(
+            "projection",
+            Status::Fail,
+            error.to_string(),
+            Some("run `toolledger rebuild`"),
+        ),
+        (Ok(position), Some(last)) if last > position + LAG_MESSAGES => check(
+            "projection",
+            Status::Warn,
+            format!("at seq {position} of {last}"),
+            Some("is `toolledger project` running? a rebuild catches up from seq 1"),
+        ),
+        (Ok(position), last) => check(
+            "projection",
+            Status::Ok,
+            format!(
+                "{} at seq {position}{}",
+                generation.name(),
+                last.map(|l| format!(" of {l}")).unwrap_or_default()
+            ),
+            None,
+        ),
+    }
+}
+
+fn disk(config: &Config) -> Check {
+    let path = if config.data_dir.exists() {
+        config.data_dir.clone()
+    } else {
+        std::path::PathBuf::from(".")
+    };
+    match toolledger_core::disk_space(&path) {
+        Ok((free, total)) => {
+            let detail = format!(
+                "{} GiB free of {} GiB at {}",
+                free >> 30,
+                total >> 30,
+                path.display()
+            );
+            if free < LOW_DISK_BYTES || free.saturating_mul(20) < total {
+                check(
+                    "disk",
+                    Status::Warn,
+                    detail,
+                    Some("free space: nats-server stops accepting writes when its store is full"),
+                )
+            } else {
+                check("disk", Status::Ok, detail, None)
+            }
+        }
+        Err(error) => check("disk", Status::Warn, error.to_string(), None),
+    }
+}
