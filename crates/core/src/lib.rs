@@ -22,9 +22,9 @@ pub use error::{Error, Result};
 /// loaders that check space before they start).
 pub fn disk_space(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
     let stat = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
-    let block = u64::from(stat.fragment_size());
+    let block = stat.fragment_size();
     Ok((
-        u64::from(stat.blocks_available()).saturating_mul(block),
-        u64::from(stat.blocks()).saturating_mul(block),
+        stat.blocks_available().saturating_mul(block),
+        stat.blocks().saturating_mul(block),
     ))
 }
