@@ -365,6 +365,12 @@ impl Config {
                 ));
             }
         }
+        if self.export.rows_per_file == 0 || self.export.row_group_rows == 0 {
+            return Err(invalid(
+                "export.rows_per_file",
+                "rows_per_file and row_group_rows must be at least 1",
+            ));
+        }
         if self.payloads.offload_threshold_bytes == 0 {
             return Err(invalid("payloads.offload_threshold_bytes", "must be at least 1"));
         }

@@ -505,3 +505,32 @@ pub async fn run_retention(
     }
     Ok(runs)
 }
+
+/// Runs [`run_retention`] every `retention.interval_secs` until `shutdown` completes; does nothing
+/// when the interval is 0. A failed run is logged and retried at the next tick.
+pub async fn retention_loop(
+    js: jetstream::Context,
+    blobs: BlobStore,
+    retention: toolledger_core::config::RetentionConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    if retention.interval_secs == 0 {
+        return shutdown.await;
+    }
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut ticks = tokio::time::interval(Duration::from_secs(retention.interval_secs));
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return,
+            _ = ticks.tick() => {
+                match run_retention(&js, toolledger_wire::streams::LEDGER, &blobs, &retention, Utc::now()).await {
+                    Ok(runs) => {
+                        let erased: usize = runs.iter().map(|r| r.outcome.deleted.len()).sum();
+                        tracing::debug!(tenants = runs.len(), erased, "retention ran");
+                    }
+                    Err(error) => tracing::warn!(%error, "retention run failed; retrying at the next interval"),
+                }
+            }
+        }
+    }
+}

@@ -156,6 +156,7 @@ CREATE TABLE permission_requests (
     data                   TEXT NOT NULL,
     PRIMARY KEY (tenant, decision_id)
 );
+CREATE INDEX requests_by_invocation ON permission_requests (tenant, invocation_id, seq);
 
 -- One row per tool.permission.decided.
 CREATE TABLE permission_decisions (

@@ -2,6 +2,8 @@
 //!
 //! - [`NatsFixture`]: a real nats-server with JetStream on a free loopback port and a private store
 //!   directory; stops when dropped; restarts on the same port and store (gracefully or after a kill).
+//! - [`NatsCluster`]: three nats-server nodes on free loopback ports, one JetStream cluster started
+//!   from the shipped `deploy/nats/cluster-node-N.conf`; a node can be killed and restarted.
 //! - [`ChildProcess`]: runs a `toolledger` subcommand (or any program) as a child with its output
 //!   captured, and stops it with SIGTERM or kills it with SIGKILL; fault tests are built on it.
 //! - [`S3Fixture`]: a real S3-compatible server (moto) on a free loopback port with one bucket; can be
@@ -12,11 +14,13 @@
 //! at `.tools/nats/bin/nats-server` in the workspace.
 #![warn(missing_docs)]
 
+mod cluster;
 mod http;
 mod nats;
 mod process;
 mod s3;
 
+pub use cluster::{CLUSTER_SIZE, NatsCluster};
 pub use http::{HttpResponse, http_get};
 pub use nats::{NatsFixture, nats_server_bin, python, workspace_root};
 pub use process::ChildProcess;

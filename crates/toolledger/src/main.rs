@@ -34,6 +34,11 @@ enum Command {
     /// Publish events from JSON/NDJSON files to atl.in.<tenant>.<class>, as a producer would, and
     /// report published, duplicate and failed events. Needs --nats-url or nats.url.
     Emit(cmd::emit::Args),
+    /// Map native records (N-ACT, Open Tool Calling, Tool Protocol, MCP, function calling) to Agent Tool
+    /// events keeping every native id, and publish them like `emit`; prints a per-record report. Exits 1
+    /// when any record was rejected (the rest are still published). Needs --nats-url or nats.url unless
+    /// --dry-run.
+    Import(cmd::import::Args),
     /// Append inbound events to the ledger as its single writer: validate, deduplicate, quarantine
     /// rejects with a receipt. Needs --nats-url or nats.url and streams made by `toolledger init`.
     Ingest(cmd::ingest::Args),
@@ -48,14 +53,57 @@ enum Command {
     /// Print an inclusion proof (--seq) or a consistency proof (--from-size/--to-size) as JSON that
     /// verifies offline with the checkpoint verifier key.
     Prove(cmd::prove::Args),
+    /// Write an evidence bundle of an invocation's or a session's entries (--tenant), or of chosen
+    /// ledger seqs: entries, inclusion proofs, the signed checkpoint, optionally payload bytes and a
+    /// consistency proof from a checkpoint you hold (docs/evidence-bundles.md). Needs --nats-url or nats.url.
+    Bundle(cmd::bundle::Args),
+    /// Check an evidence bundle offline with the verifier key alone; exit 1 naming what fails.
+    VerifyBundle(cmd::verify_bundle::Args),
     /// Write realistic generated sessions (all 27 event classes) as NDJSON, with the scenario's truth.
     DemoData(cmd::demo_data::Args),
     /// Follow ATL_LEDGER into the SQLite projections (<data_dir>/projections, current generation) from
     /// their stored position until Ctrl-C / SIGTERM. Needs --nats-url or nats.url.
     Project(cmd::project::Args),
+    /// Erase offloaded content (payload blobs) of an invocation, a session, some blobs or a tenant,
+    /// with a reason, recorded in the ledger as toolledger.erasure.completed; or run retention once.
+    /// The entries and their commitments stay, so `verify` still passes. Needs --nats-url or nats.url.
+    Erase(cmd::erase::Args),
+    /// Run one read-only SQL statement over a tenant's projection views (or every table with
+    /// --admin): writes, ATTACH, PRAGMA, extensions and other tenants' rows are refused; time and row
+    /// limits apply.
+    Query(cmd::sql::Args),
+    /// Replay a session's events in ledger order at their original pace (scaled by --speed) as
+    /// NDJSON; --publish re-publishes them under atl.replay.<tenant>.> only. Needs --nats-url or nats.url.
+    Replay(cmd::replay::Args),
+    /// Write the ledger and its signed checkpoints to a directory of plain files (with a manifest of
+    /// counts, SHA-256s and the Merkle root). Needs --nats-url or nats.url.
+    Backup(cmd::backup::BackupArgs),
+    /// Restore a backup into the empty streams of a fresh `toolledger init`, byte for byte and at the
+    /// same sequences; then `verify` passes and `rebuild` makes the projections.
+    Restore(cmd::backup::RestoreArgs),
+    /// Check the deployment — NATS, the stream contract, ingest lag, checkpoint age, quarantine rate,
+    /// projection lag, disk — and say what to do about each problem. Exits 1 when a check fails.
+    Doctor(cmd::doctor::Args),
     /// Build a new projection generation from ledger seq 1 and switch `current` to it; readers switch
     /// when they reopen. Needs --nats-url or nats.url.
     Rebuild(cmd::project::Args),
+    /// Follow ATL_LEDGER into the Parquet archive (export.prefix, else <data_dir>/parquet): events,
+    /// invocations, permission decisions, results, checkpoints; a progress bar while catching up.
+    /// Needs --nats-url or nats.url.
+    Export(cmd::export::Args),
+    /// Serve the /v1 query API (reconstruct, sessions, search, stats, tools) over the projections,
+    /// with /healthz and /metrics. Needs [api] tokens, or --insecure-local on a loopback address.
+    Serve(cmd::serve::Args),
+    /// Reconstruct one invocation from the projection: timeline, inputs and mutations, permissions,
+    /// hooks, results, error and retry guidance, payload checks. Exit 1 when not found.
+    Show(cmd::show::Args),
+    /// List sessions, or show one session's invocations and timeline. Exit 1 when nothing matched.
+    Session(cmd::session::Args),
+    /// Search invocations by tenant, session, tool, namespace, status, error class, permission
+    /// behavior, actor, native id and time range. Exit 1 when nothing matched.
+    Search(cmd::search::Args),
+    /// Calls, outcome rates and latency p50/p95/p99 per tool and time bucket.
+    Stats(cmd::stats::Args),
 }
 
 fn main() -> ExitCode {
@@ -83,18 +131,41 @@ fn main() -> ExitCode {
             Command::Up(args) => cmd::up::run(config, args, cmd::shutdown_signal()).await,
             Command::Init(args) => cmd::init::run(config, args).await,
             Command::Emit(args) => cmd::emit::run(config, args).await,
+            Command::Import(args) => cmd::import::run(config, args).await,
+            Command::Erase(args) => cmd::erase::run(config, args).await,
+            Command::Query(args) => cmd::sql::run(config, args).await,
+            Command::Replay(args) => cmd::replay::run(config, args).await,
+            Command::Backup(args) => cmd::backup::run_backup(config, args).await,
+            Command::Doctor(args) => cmd::doctor::run(config, args).await,
+            Command::Restore(args) => cmd::backup::run_restore(config, args).await,
             Command::Ingest(args) => cmd::ingest::run(config, args, cmd::shutdown_signal()).await,
             Command::Quarantine(args) => cmd::quarantine::run(config, args).await,
             Command::Validate(args) => cmd::validate::run(&args),
             Command::Verify(args) => cmd::verify::run(config, args).await,
             Command::Prove(args) => cmd::prove::run(config, args).await,
+            Command::Bundle(args) => cmd::bundle::run(config, args).await,
+            Command::VerifyBundle(args) => cmd::verify_bundle::run(args).await,
             Command::DemoData(args) => cmd::demo_data::run(&args),
             Command::Project(args) => cmd::project::run(config, args, cmd::shutdown_signal()).await,
             Command::Rebuild(args) => cmd::project::rebuild(config, args, cmd::shutdown_signal()).await,
+            Command::Export(args) => cmd::export::run(config, args, cmd::shutdown_signal()).await,
+            Command::Serve(args) => cmd::serve::run(config, args, cmd::shutdown_signal()).await,
+            Command::Show(args) => cmd::show::run(config, args).await,
+            Command::Session(args) => cmd::session::run(config, args).await,
+            Command::Search(args) => cmd::search::run(config, args).await,
+            Command::Stats(args) => cmd::stats::run(config, args).await,
         }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Query commands' exit codes: 1 not found, 2 usage, 3 projection unreadable (cmd/show.rs).
+        Err(error) if error.downcast_ref::<cmd::show::QueryExit>().is_some() => {
+            let code = error
+                .downcast_ref::<cmd::show::QueryExit>()
+                .map_or(1, |exit| exit.code);
+            eprintln!("toolledger: {error}");
+            ExitCode::from(code)
+        }
         Err(error) => {
             eprintln!("toolledger: {error:#}");
             ExitCode::FAILURE

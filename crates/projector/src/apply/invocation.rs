@@ -509,7 +509,8 @@ fn external_ids(ctx: &Ctx<'_>, invocation_id: &str, invocation: &ToolInvocation)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )
         .sql("prepare external id")?;
-    for (source, key, value) in ids {
+    // An empty string names nothing (e.g. Tool Protocol's `_activity: ""`, a latent call): not an id.
+    for (source, key, value) in ids.into_iter().filter(|(_, _, value)| !value.is_empty()) {
         stmt.execute(params![ctx.tenant, invocation_id, source, key, value, ctx.seq])
             .sql("insert external id")?;
     }

@@ -7,8 +7,8 @@
 
 mod generations;
 mod ledger;
-mod store;
 mod sql;
+mod store;
 mod truth;
 
 /// `docs/projections.md` carries the schema exactly as the code creates it.

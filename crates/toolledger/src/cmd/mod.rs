@@ -1,15 +1,29 @@
 //! One module per subcommand.
 
+pub mod backup;
+pub mod bundle;
 pub mod demo_data;
+pub mod doctor;
 pub mod emit;
+pub mod erase;
+pub mod export;
+pub mod import;
 pub mod ingest;
 pub mod init;
 pub mod project;
 pub mod prove;
 pub mod quarantine;
+pub mod replay;
+pub mod search;
+pub mod serve;
+pub mod session;
+pub mod show;
+pub mod sql;
+pub mod stats;
 pub mod up;
 pub mod validate;
 pub mod verify;
+pub mod verify_bundle;
 
 /// Completes on Ctrl-C (SIGINT) or SIGTERM, whichever comes first. The handlers are installed when
 /// this is called, not when the future is first polled, so a signal right after start is not lost

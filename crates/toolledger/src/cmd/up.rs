@@ -2,9 +2,14 @@
 //!
 //! ```text
 //! start nats-server (unless nats.url is set) ─▶ connect, check JetStream ─▶ serve /metrics, /healthz
-//!   ─▶ create or verify the streams of the contract ─▶ run ingest
+//!   ─▶ create or verify the streams of the contract ─▶ run ingest, the projector, the /v1 API
+//!   ─▶ --demo: publish a generated session, wait for ingest and projection, print one reconstructed
+//!      invocation and a verify of the ledger against its signed checkpoints
 //!   ─▶ run until Ctrl-C / SIGTERM ─▶ stop the services, then the server
 //! ```
+//!
+//! With no `[api] tokens` configured, `up` trusts one local admin token, generated on first run into
+//! `<data_dir>/api-token` (mode 0600) and printed by path, never by value.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -145,6 +150,28 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         config.data_dir.join("projections").display()
     ));
 
+    let (retention_stop, retention_stopped) = tokio::sync::oneshot::channel::<()>();
+    let retention = tokio::spawn(toolledger_ingest::erase::retention_loop(
+        jetstream.clone(),
+        toolledger_ingest::payload::BlobStore::open_configured(&config, None)?,
+        config.retention.clone(),
+        async {
+            let _ = retention_stopped.await;
+        },
+    ));
+    if config.retention.interval_secs > 0 {
+        say(&format!(
+            "retention running every {} s ([retention] in the configuration)",
+            config.retention.interval_secs
+        ));
+    }
+
+    let (api_stop, api_stopped) = tokio::sync::oneshot::channel::<()>();
+    let (api_addr, api_task) = start_api(&config, telemetry.clone(), jetstream.clone(), async {
+        let _ = api_stopped.await;
+    })
+    .await?;
+
     if args.demo {
         say(&format!("data directory: {}", config.data_dir.display()));
         publish_demo_session(&jetstream).await?;
@@ -156,11 +183,21 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         say(&format!(
             "demo: projected through seq {ledger}; invocations by state: {states}"
         ));
+        show_demo_invocation(&config, api_addr).await?;
+        verify_demo_ledger(&config, &jetstream, ledger).await?;
     }
     say("running; Ctrl-C or SIGTERM stops");
 
     shutdown.await;
     say("stopping");
+    // The API first: the reads it recorded are published to ATL_INBOUND before ingest stops.
+    let _ = api_stop.send(());
+    match tokio::time::timeout(std::time::Duration::from_secs(30), api_task).await {
+        Ok(_) => say("api stopped"),
+        Err(_) => tracing::error!("api did not stop within 30 s"),
+    }
+    let _ = retention_stop.send(());
+    let _ = retention.await;
     let _ = ingest_stop.send(());
     let _ = projector_stop.send(());
     match tokio::time::timeout(std::time::Duration::from_secs(30), ingest).await {
@@ -184,6 +221,166 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     }
     say("stopped");
     Ok(())
+}
+
+/// Starts the /v1 API on `api.listen`: the configured tokens, else the local admin token.
+async fn start_api(
+    config: &Config,
+    telemetry: Telemetry,
+    js: async_nats::jetstream::Context,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let mut options = super::serve::options(config, None, false)?;
+    let (log, reads) = toolledger_query::AccessLog::channel();
+    options.access_log = Some(log);
+    options.ledger = Some(super::serve::ledger_access(config, js.clone())?);
+    let publisher = tokio::spawn(toolledger_query::access::publish(js, reads));
+    let token_note = if options.tokens.is_empty() {
+        let path = config.data_dir.join("api-token");
+        let token = local_admin_token(&path)?;
+        options
+            .tokens
+            .add(&token, toolledger_query::Principal::admin("local-admin"));
+        format!("admin token in {}", path.display())
+    } else {
+        "tokens from [api] tokens".to_owned()
+    };
+    let (addr, server) = toolledger_query::serve(&config.data_dir, options, telemetry, shutdown)
+        .await
+        .context("starting the query api (api.listen)")?;
+    // Done when the server stopped and the access reads it queued are published.
+    let task = tokio::spawn(async move {
+        let _ = server.await;
+        let _ = publisher.await;
+    });
+    say(&format!(
+        "api at {} ({token_note}; `Authorization: Bearer <token>`)",
+        url_of(addr, "/v1")
+    ));
+    Ok((addr, task))
+}
+
+/// Reads `<data_dir>/api-token`, creating it (32 random bytes, hex, mode 0600) on first run.
+fn local_admin_token(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Ok(existing) = std::fs::read_to_string(path) {
+        let token = existing.trim().to_owned();
+        anyhow::ensure!(token.len() >= 32, "{} holds no usable token", path.display());
+        return Ok(token);
+    }
+    let mut random = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut random))
+        .context("reading /dev/urandom for the api token")?;
+    let token = toolledger_wire::entry::hex(&random);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    writeln!(file, "{token}")?;
+    Ok(token)
+}
+
+/// Prints the demo's most eventful invocation as `toolledger show` would.
+async fn show_demo_invocation(config: &Config, api: SocketAddr) -> anyhow::Result<()> {
+    let reader = toolledger_query::Reader::new(config.data_dir.clone());
+    let chosen = reader
+        .read(|conn| {
+            let page = toolledger_query::search(
+                conn,
+                &toolledger_query::SearchFilter {
+                    limit: toolledger_query::params::MAX_LIMIT,
+                    ..Default::default()
+                },
+            )?;
+            Ok(page
+                .items
+                .into_iter()
+                .max_by_key(|i| (i.event_count, std::cmp::Reverse(i.first_seq))))
+        })
+        .await?
+        .context("the demo projected no invocation")?;
+    let reconstruction = super::show::reconstruct(
+        config,
+        Some(chosen.tenant.clone()),
+        chosen.invocation_id.clone(),
+        "check",
+    )
+    .await?;
+    say(&format!(
+        "demo: reconstructed invocation {} (also: toolledger show {} / GET {}):",
+        chosen.invocation_id,
+        chosen.invocation_id,
+        url_of(api, &format!("/v1/invocations/{}", chosen.invocation_id))
+    ));
+    print!("{}", super::show::render(&reconstruction));
+    Ok(())
+}
+
+/// Verifies the ledger once a signed checkpoint covers all `ledger` entries; an error when it fails.
+async fn verify_demo_ledger(
+    config: &Config,
+    js: &async_nats::jetstream::Context,
+    ledger: u64,
+) -> anyhow::Result<()> {
+    let verifiers = super::verify::load_verifiers(config, None)?;
+    // Checkpoints are signed every `checkpoint_interval_ms` when the tree grew: wait for one.
+    let deadline = tokio::time::Instant::now()
+        + std::time::Duration::from_millis(config.ledger.checkpoint_interval_ms.saturating_mul(3))
+        + std::time::Duration::from_secs(30);
+    loop {
+        let options = toolledger_verify::VerifyOptions {
+            origin: Some(config.ledger.origin.clone()),
+            tiles: super::verify::tile_store(config, None, false)?,
+            ..Default::default()
+        };
+        let report = toolledger_verify::verify_ledger(
+            js,
+            LEDGER,
+            toolledger_wire::streams::CHECKPOINTS,
+            &verifiers,
+            &options,
+            &mut |_| {},
+        )
+        .await?;
+        let signed = report.signed_size >= ledger;
+        if let Some(first) = report.first_bad().filter(|_| signed) {
+            anyhow::bail!(
+                "demo: verify FAILED ({} findings); first bad position {first}",
+                report.findings.len()
+            );
+        }
+        if report.is_ok() && signed {
+            say(&format!(
+                "demo: verify: ok — {} entries recomputed, root {}, signed checkpoint covers {} entries, tiles {}",
+                report.entries,
+                report.root,
+                report.signed_size,
+                if report.tiles_checked {
+                    "checked"
+                } else {
+                    "not checked"
+                }
+            ));
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "demo: verify FAILED: newest checkpoint signs {} of {ledger} entries; {}",
+                report.signed_size,
+                report
+                    .first_bad()
+                    .map_or_else(|| "no findings".to_owned(), ToString::to_string)
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 /// Waits until the projection covers `seq`; returns its invocations counted by state.

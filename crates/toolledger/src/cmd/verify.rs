@@ -57,6 +57,10 @@ pub struct Args {
     /// NATS server URL; overrides `nats.url` (`TOOLLEDGER_NATS__URL`). One of the two is required.
     #[arg(long, value_name = "URL")]
     pub nats_url: Option<String>,
+    /// Verify a Parquet archive (a directory, `file:///dir` or `s3://bucket/prefix`) from its events
+    /// and checkpoints alone, without NATS.
+    #[arg(long, value_name = "PREFIX")]
+    pub parquet: Option<String>,
 }
 
 /// The trusted verifier keys from `--key` or the configured default.
@@ -93,13 +97,19 @@ pub fn tile_store(config: &Config, flag: Option<&str>, none: bool) -> anyhow::Re
 /// Verifies and reports; an error (non-zero exit) when anything is wrong.
 pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let verifiers = load_verifiers(&config, args.key.as_deref())?;
+    if let Some(prefix) = &args.parquet {
+        return super::export::verify_parquet(&config, prefix, &verifiers, args.json).await;
+    }
     let tiles = tile_store(&config, args.tiles.as_deref(), args.no_tiles)?;
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-verify").await?);
     let blobs = if args.no_payloads {
         None
     } else {
-        Some(toolledger_ingest::payload::BlobStore::open_configured(&config, args.blobs.as_deref())?)
+        Some(toolledger_ingest::payload::BlobStore::open_configured(
+            &config,
+            args.blobs.as_deref(),
+        )?)
     };
     let options = VerifyOptions {
         origin: Some(config.ledger.origin.clone()),

@@ -243,6 +243,32 @@ fn erased_content_is_nowhere_yet_the_ledger_verifies_and_retention_follows_the_c
         "{out}"
     );
 
+    // The invocation still reconstructs: its timeline intact, its payloads marked erased.
+    let (ok, out) = tool(&config, &["show", "inv-erase", "--tenant", "acme", "--json"]);
+    assert!(ok, "{out}");
+    let shown: Value = serde_json::from_str(&out[out.find('{').unwrap()..=out.rfind('}').unwrap()]).unwrap();
+    let statuses: Vec<&str> = shown["payloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["erased", "erased", "erased"], "{out}");
+    assert!(!out.contains(ERASE_ME), "{out}");
+    let (ok, out) = tool(
+        &config,
+        &[
+            "show",
+            "inv-keep",
+            "--tenant",
+            "acme",
+            "--json",
+            "--payloads",
+            "content",
+        ],
+    );
+    assert!(ok && out.contains(KEEP_ME), "{out}");
+
     // A rebuild brings nothing back: the content was only ever in the blobs.
     let stopped = project
         .terminate(Duration::from_secs(30))

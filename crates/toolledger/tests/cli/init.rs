@@ -15,7 +15,7 @@ use toolledger_wire::streams::{self, ContractSettings, Finding};
 use crate::toolledger;
 
 /// Runs `toolledger ARGS…` with `data_dir`; returns (success, stdout, stderr).
-fn run(data_dir: &Path, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn run(data_dir: &Path, args: &[&str]) -> (bool, String, String) {
     let mut child = ChildProcess::spawn(
         toolledger(),
         args,
@@ -30,14 +30,14 @@ fn run(data_dir: &Path, args: &[&str]) -> (bool, String, String) {
     (status.success(), child.stdout(), child.stderr())
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
 }
 
-fn settings_with(tenants: &[&str]) -> ContractSettings {
+pub(crate) fn settings_with(tenants: &[&str]) -> ContractSettings {
     ContractSettings {
         tenants: tenants.iter().map(|t| Tenant::parse(t).unwrap()).collect(),
         ..ContractSettings::default()
@@ -213,7 +213,7 @@ fn init_and_check_contract_name_checkpoints_without_deny_purge() {
 }
 
 /// Passwords and the encryption key the test defines for the shipped configuration's variables.
-const SECRETS: &[(&str, &str)] = &[
+pub(crate) const SECRETS: &[(&str, &str)] = &[
     (
         "TOOLLEDGER_JS_KEY",
         "test-only-key-5b2f9c0e1d7a4e3b8c6d2f1a0e9b8c7d",
@@ -235,31 +235,37 @@ fn shipped_single_config(dir: &Path) -> PathBuf {
     path
 }
 
-fn secret(name: &str) -> &'static str {
+pub(crate) fn secret(name: &str) -> &'static str {
     SECRETS.iter().find(|(k, _)| *k == name).unwrap().1
 }
 
 /// A client logged in as `user`, with its inbox prefix and requests that give up quickly (a request the
 /// permissions drop is never answered).
 async fn login(nats: &NatsFixture, user: &str, password: &str) -> async_nats::Client {
+    login_at(&nats.url(), user, password).await
+}
+
+/// [`login`] at `url` (one server, or a cluster's list).
+pub(crate) async fn login_at(url: &str, user: &str, password: &str) -> async_nats::Client {
+    let servers: Vec<&str> = url.split(',').collect();
     async_nats::ConnectOptions::new()
         .user_and_password(user.to_owned(), password.to_owned())
         .custom_inbox_prefix(format!("_INBOX.{user}"))
         .request_timeout(Some(Duration::from_millis(500)))
-        .connect(nats.url())
+        .connect(servers)
         .await
         .unwrap_or_else(|e| panic!("login as {user}: {e}"))
 }
 
 /// A JetStream context that gives up as quickly as [`login`]'s client.
-fn quick(client: async_nats::Client) -> jetstream::Context {
+pub(crate) fn quick(client: async_nats::Client) -> jetstream::Context {
     jetstream::ContextBuilder::new()
         .timeout(Duration::from_millis(500))
         .build(client)
 }
 
 /// Whether a JetStream publish is stored (acknowledged).
-async fn stored(js: &jetstream::Context, subject: &str, payload: &'static [u8]) -> bool {
+pub(crate) async fn stored(js: &jetstream::Context, subject: &str, payload: &'static [u8]) -> bool {
     match js.publish(subject.to_owned(), payload.into()).await {
         Ok(ack) => ack.await.is_ok(),
         Err(_) => false,
@@ -267,7 +273,7 @@ async fn stored(js: &jetstream::Context, subject: &str, payload: &'static [u8]) 
 }
 
 /// Whether a JetStream API request gets any answer.
-async fn answered(client: &async_nats::Client, subject: &str, body: &'static [u8]) -> bool {
+pub(crate) async fn answered(client: &async_nats::Client, subject: &str, body: &'static [u8]) -> bool {
     client.request(subject.to_owned(), body.into()).await.is_ok()
 }
 
@@ -599,7 +605,10 @@ fn ingest_as_the_shipped_user_leaves_no_secret_at_rest() {
         .iter()
         .filter(|(_, b)| b.windows(20).any(|w| w == b"\"scrubbed_paths\":[\"/"))
         .count();
-    assert!(scrubbed >= secrets.len() / 2, "entries list their scrubbed paths ({scrubbed})");
+    assert!(
+        scrubbed >= secrets.len() / 2,
+        "entries list their scrubbed paths ({scrubbed})"
+    );
     let quarantined = &stored.iter().find(|(s, _)| *s == "ATL_QUARANTINE").unwrap().1;
     assert!(
         quarantined.windows(10).any(|w| w == b"$scrubbed\""),

@@ -2,9 +2,18 @@
 
 #![allow(clippy::unwrap_used)] // a panic is how a test reports failure
 
+mod backup;
+mod bundle;
+mod cluster;
+mod erase;
+mod export;
 mod faults;
+mod import;
 mod init;
 mod project;
+mod query;
+mod replay;
+mod sql;
 mod tools;
 mod up;
 mod wire;

@@ -288,3 +288,68 @@ fn kill9_during_catch_up_then_rebuild_equals_the_incremental_projection() {
         );
     }
 }
+
+/// A slow projector: the process is frozen (SIGSTOP) for seeded stretches while the ledger keeps
+/// growing, then thawed (SIGCONT). It never falls over, catches up by itself, and ends equal to a
+/// rebuild with every entry exactly once.
+#[test]
+fn a_projector_frozen_at_random_while_the_ledger_grows_catches_up_and_equals_a_rebuild() {
+    let seed = seed();
+    println!("slow projector seed: {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
+    let mut delays = Delays(seed);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let nats = NatsFixture::start();
+    let events = generate(&GeneratorConfig {
+        seed: seed % 1000,
+        sessions: 6,
+        tenants: vec!["acme".to_owned(), "globex".to_owned()],
+        ..GeneratorConfig::default()
+    })
+    .events;
+    let js = runtime.block_on(async { jetstream::new(nats.client().await) });
+    runtime.block_on(create_ledger(&js));
+    let data = tempfile::tempdir().unwrap();
+    let url = nats.url();
+    let mut child = project(&url, data.path(), &["--batch-size", "16"]);
+    let mut last = 0;
+    for chunk in events.chunks(events.len().div_ceil(20)) {
+        child.signal(nix::sys::signal::Signal::SIGSTOP);
+        last = runtime.block_on(append(&js, chunk));
+        std::thread::sleep(delays.between(50, 400));
+        child.signal(nix::sys::signal::Signal::SIGCONT);
+        std::thread::sleep(delays.between(20, 150));
+        assert!(child.try_status().is_none(), "project exited: {}", child.stderr());
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while position(data.path()) < last {
+        assert!(Instant::now() < deadline, "no catch-up: {}", child.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(child.wait_for_output("projecting the ledger", Duration::from_secs(30)));
+    assert!(
+        child.terminate(Duration::from_secs(20)).unwrap().success(),
+        "{}",
+        child.stderr()
+    );
+    let generations = Generations::new(data.path());
+    let incremental = Store::open_readonly(&generations.current().unwrap().unwrap().database())
+        .unwrap()
+        .table_contents()
+        .unwrap();
+    let mut rebuild = ChildProcess::spawn(
+        toolledger(),
+        ["rebuild", "--nats-url", &url],
+        &[("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap())],
+    );
+    assert!(
+        rebuild.wait_timeout(Duration::from_secs(120)).unwrap().success(),
+        "{}",
+        rebuild.stderr()
+    );
+    let rebuilt = Store::open_readonly(&generations.current().unwrap().unwrap().database())
+        .unwrap()
+        .table_contents()
+        .unwrap();
+    assert_eq!(incremental["events"].len() as u64, last);
+    assert_eq!(rebuilt, incremental);
+}

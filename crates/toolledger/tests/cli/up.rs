@@ -18,6 +18,7 @@ fn start_up(data_dir: &Path) -> ChildProcess {
         ("TOOLLEDGER_NATS__SERVER_BIN", bin.to_str().unwrap()),
         ("TOOLLEDGER_NATS__LISTEN", "127.0.0.1:0"),
         ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+        ("TOOLLEDGER_API__LISTEN", "127.0.0.1:0"),
     ];
     let mut up = ChildProcess::spawn(toolledger(), ["up", "--demo"], &envs);
     assert!(

@@ -1,0 +1,657 @@
+//! From ledger entries to table rows: one [`EventRow`] per entry, a [`DecisionRow`] per permission
+//! decision, a [`ResultRow`] per result record, and an [`InvocationRow`] when an invocation becomes
+//! terminal ([`Tracker`], folding [`toolledger_schemas::state::step`] over each invocation's events).
+//!
+//! Everything here is a pure function of the entries in ledger order, so the same sequence range
+//! (with the same tracker state before it) gives the same rows on every run.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+use toolledger_schemas::state::{self, Config as StateConfig, InvocationTrack};
+use toolledger_schemas::{Data, EventClass, EventFacts, EventTime, contract};
+use toolledger_wire::LedgerEntry;
+
+/// The partition of an entry whose tenant cannot be read (it does not decode as a ledger entry).
+pub const UNDECODABLE_TENANT: &str = "_undecodable";
+/// The date partition of an entry with no readable time at all.
+pub const NO_DATE: &str = "1970-01-01";
+
+/// Partition values of a row: `tenant=…/event_date=…`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Partition {
+    /// The entry's tenant.
+    pub tenant: String,
+    /// The UTC date (`YYYY-MM-DD`) of the event's time, else of its ingestion.
+    pub event_date: String,
+}
+
+impl Partition {
+    /// The Hive-style folder, `tenant=<t>/event_date=<d>`.
+    pub fn folder(&self) -> String {
+        format!("tenant={}/event_date={}", self.tenant, self.event_date)
+    }
+}
+
+/// One ledger entry, as the `events` table stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    /// Where the row is filed.
+    pub partition: Partition,
+    /// ATL_LEDGER sequence.
+    pub seq: u64,
+    /// `SHA-256(0x00 || entry)`, lowercase hex.
+    pub leaf_hash: String,
+    /// The canonical entry bytes, exactly as the ledger holds them.
+    pub entry: Vec<u8>,
+    /// CloudEvents `id`.
+    pub event_id: Option<String>,
+    /// CloudEvents `source`.
+    pub source: Option<String>,
+    /// The event class (`type`).
+    pub class: Option<String>,
+    /// The session (extension or `data.session_id`).
+    pub session_id: Option<String>,
+    /// CloudEvents `subject`.
+    pub subject: Option<String>,
+    /// The invocation the event is about.
+    pub invocation_id: Option<String>,
+    /// The tool (`toolid` extension).
+    pub tool_id: Option<String>,
+    /// Event time, microseconds since the epoch (UTC).
+    pub event_time_us: Option<i64>,
+    /// Ingestion time, microseconds since the epoch (UTC).
+    pub ingested_at_us: Option<i64>,
+    /// How the event arrived.
+    pub origin: Option<String>,
+    /// W3C trace context.
+    pub traceparent: Option<String>,
+    /// W3C trace state.
+    pub tracestate: Option<String>,
+    /// An agenttool-event envelope's `trace_refs`, JSON text.
+    pub trace_refs: Option<String>,
+    /// Payload references, JSON text.
+    pub payload_refs: Option<String>,
+    /// Scrubbed JSON Pointers, JSON text.
+    pub scrubbed_paths: Option<String>,
+    /// Promoted: `data.status`.
+    pub status: Option<String>,
+    /// Promoted: `data.behavior` (permission decisions).
+    pub behavior: Option<String>,
+    /// Promoted: `data.decision_id`.
+    pub decision_id: Option<String>,
+    /// Promoted: `data.result_id`.
+    pub result_id: Option<String>,
+    /// Promoted: `data.error.error_class`.
+    pub error_class: Option<String>,
+    /// Why the entry could not be read further, if it could not.
+    pub problem: Option<String>,
+}
+
+/// One invocation, written once when it becomes terminal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvocationRow {
+    /// Tenant and the date of the terminal event.
+    pub partition: Partition,
+    /// The invocation id.
+    pub invocation_id: String,
+    /// Its session.
+    pub session_id: Option<String>,
+    /// Its tool.
+    pub tool_id: Option<String>,
+    /// Its surface.
+    pub surface_id: Option<String>,
+    /// The terminal state.
+    pub state: String,
+    /// The producer's native call id.
+    pub native_call_id: Option<String>,
+    /// The invocation this one retries.
+    pub retry_of: Option<String>,
+    /// Attempt number.
+    pub attempt: Option<i64>,
+    /// Error class: the invocation's own error, else its first result's.
+    pub error_class: Option<String>,
+    /// Error code.
+    pub error_code: Option<String>,
+    /// Error message.
+    pub error_message: Option<String>,
+    /// The last permission decision's behavior.
+    pub permission_behavior: Option<String>,
+    /// Permission decisions seen.
+    pub decision_count: u64,
+    /// Events of the invocation up to and including the terminal one.
+    pub event_count: u64,
+    /// The invocation's first entry.
+    pub first_seq: u64,
+    /// The entry that made it terminal.
+    pub terminal_seq: u64,
+    /// Time of its first event (µs).
+    pub first_event_time_us: Option<i64>,
+    /// Time of the terminal event (µs).
+    pub terminal_event_time_us: Option<i64>,
+    /// `data.created_at` (µs).
+    pub created_at_us: Option<i64>,
+    /// `data.started_at` (µs).
+    pub started_at_us: Option<i64>,
+    /// `data.ended_at` (µs).
+    pub ended_at_us: Option<i64>,
+    /// `ended_at − started_at` in milliseconds, when both are known.
+    pub duration_ms: Option<f64>,
+    /// `data.actor_ref`.
+    pub actor_ref: Option<String>,
+}
+
+/// One `tool.permission.decided` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionRow {
+    /// Tenant and event date.
+    pub partition: Partition,
+    /// The entry.
+    pub seq: u64,
+    /// The decision id.
+    pub decision_id: Option<String>,
+    /// The invocation decided on.
+    pub invocation_id: Option<String>,
+    /// allow | ask | deny | passthrough.
+    pub behavior: Option<String>,
+    /// Permission mode.
+    pub mode: Option<String>,
+    /// The rule source.
+    pub source: Option<String>,
+    /// The reason, JSON text (a string or the reason object).
+    pub reason: Option<String>,
+    /// Rule refs, JSON text.
+    pub rule_refs: Option<String>,
+    /// Policy refs, JSON text.
+    pub policy_refs: Option<String>,
+    /// Whether the decision replaced the input (the input itself is not exported).
+    pub updated_input: bool,
+    /// Whether a user modified the input.
+    pub user_modified: Option<bool>,
+    /// `data.decided_at` (µs).
+    pub decided_at_us: Option<i64>,
+    /// Event time (µs).
+    pub event_time_us: Option<i64>,
+}
+
+/// One result record (`tool.result.created`, `.persisted`, `.redacted`): metadata and references,
+/// never content.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResultRow {
+    /// Tenant and event date.
+    pub partition: Partition,
+    /// The entry.
+    pub seq: u64,
+    /// The class.
+    pub class: String,
+    /// The invocation.
+    pub invocation_id: Option<String>,
+    /// The result id.
+    pub result_id: Option<String>,
+    /// Result status (created, redacted).
+    pub status: Option<String>,
+    /// Whether the result is an error.
+    pub is_error: Option<bool>,
+    /// Content blocks in the result (their bytes are not exported).
+    pub content_blocks: Option<u64>,
+    /// `ui_facing_summary`.
+    pub summary: Option<String>,
+    /// Redaction state.
+    pub redaction_state: Option<String>,
+    /// Error class of the result's error.
+    pub error_class: Option<String>,
+    /// Persistence strategy (persisted).
+    pub strategy: Option<String>,
+    /// Where the full result was persisted (a reference).
+    pub persisted_ref: Option<String>,
+    /// Original size in bytes (persisted).
+    pub original_size_bytes: Option<i64>,
+    /// Resource and artifact refs, JSON text.
+    pub refs: Option<String>,
+    /// Payload references of the entry under `/data`, JSON text.
+    pub payload_refs: Option<String>,
+    /// Event time (µs).
+    pub event_time_us: Option<i64>,
+}
+
+/// Everything one entry contributes.
+#[derive(Debug, Default)]
+pub struct EntryRows {
+    /// Its `events` row.
+    pub event: Option<EventRow>,
+    /// Its invocation row, when it made an invocation terminal.
+    pub invocation: Option<InvocationRow>,
+    /// Its decision row.
+    pub decision: Option<DecisionRow>,
+    /// Its result row.
+    pub result: Option<ResultRow>,
+}
+
+/// Invocation fields kept while an invocation is open (inputs and payloads are not: they are not
+/// exported, and keeping them would grow the tracker with every open invocation's arguments).
+const KEPT_FIELDS: [&str; 10] = [
+    "tool_id",
+    "surface_id",
+    "native_call_id",
+    "retry_of",
+    "attempt",
+    "error",
+    "actor_ref",
+    "created_at",
+    "started_at",
+    "ended_at",
+];
+
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+struct OpenInvocation {
+    track: InvocationTrack,
+    snapshot: Map<String, Value>,
+    session_id: Option<String>,
+    tool_id: Option<String>,
+    first_seq: u64,
+    first_time_us: Option<i64>,
+    events: u64,
+    decisions: u64,
+    last_behavior: Option<String>,
+    result_error: Option<(Option<String>, Option<String>, Option<String>)>,
+}
+
+/// The invocations not yet terminal, keyed by (tenant, invocation id). A terminal invocation is
+/// written and forgotten: events after its terminal state are kept in `events` but produce no second
+/// row (the state machine would hold it terminal anyway).
+#[derive(Debug, Default)]
+pub struct Tracker {
+    open: HashMap<(String, String), OpenInvocation>,
+    config: StateConfig,
+}
+
+fn micros(time: Option<EventTime>) -> Option<i64> {
+    time.map(|t| t.0.div_euclid(1000))
+}
+
+fn date_of(us: i64) -> Option<String> {
+    chrono::DateTime::from_timestamp_micros(us).map(|t| t.format("%Y-%m-%d").to_string())
+}
+
+fn parse_us(value: Option<&Value>) -> Option<i64> {
+    micros(value.and_then(Value::as_str).and_then(EventTime::parse_rfc3339))
+}
+
+fn text_of(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+fn json_text(value: Option<&Value>) -> Option<String> {
+    value.filter(|v| !v.is_null()).map(Value::to_string)
+}
+
+/// A tracker's state as stored: open invocations sorted by key, so equal states are equal bytes.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TrackerSnapshot {
+    open: Vec<(String, String, OpenInvocation)>,
+}
+
+impl Tracker {
+    /// The open invocations as JSON bytes (a cache that spares a restart the replay of the ledger).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut open: Vec<(String, String, OpenInvocation)> = self
+            .open
+            .iter()
+            .map(|((tenant, id), open)| (tenant.clone(), id.clone(), open.clone()))
+            .collect();
+        open.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        serde_json::to_vec(&TrackerSnapshot { open }).unwrap_or_default()
+    }
+
+    /// A tracker from [`Tracker::snapshot`] bytes; `None` when they do not parse.
+    pub fn restore(bytes: &[u8]) -> Option<Tracker> {
+        let snapshot: TrackerSnapshot = serde_json::from_slice(bytes).ok()?;
+        Some(Tracker {
+            open: snapshot
+                .open
+                .into_iter()
+                .map(|(tenant, id, open)| ((tenant, id), open))
+                .collect(),
+            config: StateConfig::default(),
+        })
+    }
+
+    /// Invocations currently open.
+    pub fn open_invocations(&self) -> usize {
+        self.open.len()
+    }
+
+    /// The rows of the entry at `seq`. With `rows = false` only the tracker moves (replaying the
+    /// ledger before a recovered position).
+    pub fn apply(&mut self, seq: u64, bytes: &[u8], rows: bool) -> EntryRows {
+        let leaf = toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes));
+        let json = match LedgerEntry::from_bytes(bytes).and_then(|entry| entry.to_json()) {
+            Ok(json) => json,
+            Err(error) => {
+                let event = rows.then(|| EventRow {
+                    partition: Partition {
+                        tenant: UNDECODABLE_TENANT.to_owned(),
+                        event_date: NO_DATE.to_owned(),
+                    },
+                    seq,
+                    leaf_hash: leaf,
+                    entry: bytes.to_vec(),
+                    problem: Some(format!("not a ledger entry: {error}")),
+                    ..empty_event()
+                });
+                return EntryRows {
+                    event,
+                    ..EntryRows::default()
+                };
+            }
+        };
+        let event = json.get("event").cloned().unwrap_or(Value::Null);
+        let ledger = json.get("ledger").cloned().unwrap_or(Value::Null);
+        let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
+        let class_name = text("type");
+        let tenant = text("tenant").unwrap_or_else(|| UNDECODABLE_TENANT.to_owned());
+        let time = text("time").as_deref().and_then(EventTime::parse_rfc3339);
+        let time_us = micros(time);
+        let ingested_us = parse_us(ledger.get("ingested_at"));
+        let partition = Partition {
+            tenant: tenant.clone(),
+            event_date: time_us
+                .or(ingested_us)
+                .and_then(date_of)
+                .unwrap_or_else(|| NO_DATE.to_owned()),
+        };
+        let data = event.get("data").cloned().unwrap_or(Value::Null);
+        let mut problem = None;
+        let class = match class_name.as_deref().map(str::parse::<EventClass>) {
+            Some(Ok(class)) => Some(class),
+            Some(Err(error)) => {
+                problem = Some(error.to_string());
+                None
+            }
+            None => {
+                problem = Some("the event has no type".to_owned());
+                None
+            }
+        };
+        let decoded = class.and_then(|class| match Data::decode_for(class, &data) {
+            Ok(decoded) => Some(decoded),
+            Err(error) => {
+                problem = Some(format!(
+                    "data does not decode as {}: {error}",
+                    contract(class).data
+                ));
+                None
+            }
+        });
+        let session =
+            text("sessionid").or_else(|| decoded.as_ref().and_then(Data::session_id).map(str::to_owned));
+        let is_invocation_event = class.is_some_and(|c| contract(c).is_invocation_event());
+        let invocation_id = text("invocationid").or_else(|| {
+            is_invocation_event
+                .then(|| {
+                    decoded
+                        .as_ref()
+                        .and_then(Data::subject)
+                        .map(str::to_owned)
+                        .or_else(|| text("subject"))
+                })
+                .flatten()
+        });
+        let data_text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_owned);
+
+        let mut out = EntryRows::default();
+        if rows {
+            out.event = Some(EventRow {
+                partition: partition.clone(),
+                seq,
+                leaf_hash: leaf,
+                entry: bytes.to_vec(),
+                event_id: text("id"),
+                source: text("source"),
+                class: class_name.clone(),
+                session_id: session.clone(),
+                subject: text("subject"),
+                invocation_id: invocation_id.clone(),
+                tool_id: text("toolid"),
+                event_time_us: time_us,
+                ingested_at_us: ingested_us,
+                origin: ledger.get("origin").and_then(Value::as_str).map(str::to_owned),
+                traceparent: text("traceparent"),
+                tracestate: text("tracestate"),
+                trace_refs: json_text(ledger.get("trace_refs")),
+                payload_refs: json_text(ledger.get("payload_refs")),
+                scrubbed_paths: json_text(ledger.get("scrubbed_paths")),
+                status: data_text("status"),
+                behavior: data_text("behavior"),
+                decision_id: data_text("decision_id"),
+                result_id: data_text("result_id"),
+                error_class: data
+                    .get("error")
+                    .and_then(|e| e.get("error_class"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                problem,
+            });
+        }
+        let (Some(class), Some(decoded)) = (class, decoded) else {
+            return out;
+        };
+        let class_str = class.as_str();
+        if rows && class_str == "tool.permission.decided" {
+            out.decision = Some(DecisionRow {
+                partition: partition.clone(),
+                seq,
+                decision_id: data_text("decision_id"),
+                invocation_id: invocation_id.clone(),
+                behavior: data_text("behavior"),
+                mode: data_text("mode"),
+                source: text_of(data.get("source")),
+                reason: json_text(data.get("reason")),
+                rule_refs: json_text(data.get("rule_refs")),
+                policy_refs: json_text(data.get("policy_refs")),
+                updated_input: data.get("updated_input").is_some_and(|v| !v.is_null())
+                    || data.get("updated_input_ref").is_some_and(|v| !v.is_null()),
+                user_modified: data.get("user_modified").and_then(Value::as_bool),
+                decided_at_us: parse_us(data.get("decided_at")),
+                event_time_us: time_us,
+            });
+        }
+        if rows && class_str.starts_with("tool.result.") {
+            let data_refs: Vec<&Value> = ledger
+                .get("payload_refs")
+                .and_then(Value::as_array)
+                .map(|refs| {
+                    refs.iter()
+                        .filter(|r| {
+                            r.get("path")
+                                .and_then(Value::as_str)
+                                .is_some_and(|p| p.starts_with("/data"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut refs = Map::new();
+            for key in ["resource_refs", "artifact_refs", "persisted_ref", "evidence_refs"] {
+                if let Some(value) = data.get(key) {
+                    refs.insert(key.to_owned(), value.clone());
+                }
+            }
+            out.result = Some(ResultRow {
+                partition: partition.clone(),
+                seq,
+                class: class_str.to_owned(),
+                invocation_id: invocation_id.clone(),
+                result_id: data_text("result_id"),
+                status: data_text("status"),
+                is_error: data.get("is_error").and_then(Value::as_bool),
+                content_blocks: data
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .map(|c| c.len() as u64),
+                summary: data_text("ui_facing_summary"),
+                redaction_state: data_text("redaction_state"),
+                error_class: data
+                    .get("error")
+                    .and_then(|e| e.get("error_class"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                strategy: data_text("strategy"),
+                persisted_ref: text_of(data.get("persisted_ref")),
+                original_size_bytes: data.get("original_size_bytes").and_then(Value::as_i64),
+                refs: (!refs.is_empty()).then(|| Value::Object(refs).to_string()),
+                payload_refs: (!data_refs.is_empty())
+                    .then(|| Value::Array(data_refs.into_iter().cloned().collect()).to_string()),
+                event_time_us: time_us,
+            });
+        }
+        if !is_invocation_event {
+            return out;
+        }
+        let Some(invocation_id) = invocation_id else {
+            return out;
+        };
+        let key = (tenant.clone(), invocation_id.clone());
+        let open = self.open.entry(key.clone()).or_insert_with(|| OpenInvocation {
+            first_seq: seq,
+            ..OpenInvocation::default()
+        });
+        let was_terminal = open.track.is_terminal();
+        let facts = EventFacts::from_data(class, seq, time, &decoded);
+        open.track = state::step(&open.track, &facts, &self.config).track;
+        open.events += 1;
+        if open.first_time_us.is_none() {
+            open.first_time_us = time_us;
+        }
+        if open.session_id.is_none() {
+            open.session_id.clone_from(&session);
+        }
+        match &decoded {
+            Data::Invocation(_) => {
+                for field in KEPT_FIELDS {
+                    if let Some(value) = data.get(field) {
+                        open.snapshot.insert(field.to_owned(), value.clone());
+                    }
+                }
+            }
+            Data::PermissionDecision(_) => {
+                open.decisions += 1;
+                open.last_behavior = data_text("behavior");
+            }
+            Data::Result(_) if class_str == "tool.result.created" && open.result_error.is_none() => {
+                if let Some(error) = data.get("error") {
+                    let field = |k: &str| error.get(k).and_then(Value::as_str).map(str::to_owned);
+                    open.result_error = Some((field("error_class"), field("error_code"), field("message")));
+                }
+            }
+            _ => {}
+        }
+        let snapshot_tool = open
+            .snapshot
+            .get("tool_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if snapshot_tool.is_some() {
+            open.tool_id = snapshot_tool;
+        } else if open.tool_id.is_none() {
+            open.tool_id = data_text("tool_id").or_else(|| text("toolid"));
+        }
+        if was_terminal || !open.track.is_terminal() {
+            return out;
+        }
+        let Some(open) = self.open.remove(&key) else {
+            return out;
+        };
+        if rows {
+            out.invocation = Some(invocation_row(partition, invocation_id, seq, time_us, open));
+        }
+        out
+    }
+}
+
+fn invocation_row(
+    partition: Partition,
+    invocation_id: String,
+    seq: u64,
+    time_us: Option<i64>,
+    open: OpenInvocation,
+) -> InvocationRow {
+    let s = &open.snapshot;
+    let text = |key: &str| s.get(key).and_then(Value::as_str).map(str::to_owned);
+    let own_error = s.get("error").filter(|e| e.is_object());
+    let (error_class, error_code, error_message) = match (own_error, &open.result_error) {
+        (Some(error), _) => {
+            let field = |k: &str| error.get(k).and_then(Value::as_str).map(str::to_owned);
+            (field("error_class"), field("error_code"), field("message"))
+        }
+        (None, Some(result)) => result.clone(),
+        (None, None) => (None, None, None),
+    };
+    let started = parse_us(s.get("started_at"));
+    let ended = parse_us(s.get("ended_at"));
+    InvocationRow {
+        partition,
+        invocation_id,
+        session_id: open.session_id,
+        tool_id: open.tool_id,
+        surface_id: text("surface_id"),
+        state: open.track.state.as_str().to_owned(),
+        native_call_id: text("native_call_id"),
+        retry_of: text("retry_of"),
+        attempt: s.get("attempt").and_then(Value::as_i64),
+        error_class,
+        error_code,
+        error_message,
+        permission_behavior: open.last_behavior,
+        decision_count: open.decisions,
+        event_count: open.events,
+        first_seq: open.first_seq,
+        terminal_seq: seq,
+        first_event_time_us: open.first_time_us,
+        terminal_event_time_us: time_us,
+        created_at_us: parse_us(s.get("created_at")),
+        started_at_us: started,
+        ended_at_us: ended,
+        duration_ms: match (started, ended) {
+            (Some(start), Some(end)) => Some((end - start) as f64 / 1000.0),
+            _ => None,
+        },
+        actor_ref: text("actor_ref"),
+    }
+}
+
+fn empty_event() -> EventRow {
+    EventRow {
+        partition: Partition {
+            tenant: String::new(),
+            event_date: String::new(),
+        },
+        seq: 0,
+        leaf_hash: String::new(),
+        entry: Vec::new(),
+        event_id: None,
+        source: None,
+        class: None,
+        session_id: None,
+        subject: None,
+        invocation_id: None,
+        tool_id: None,
+        event_time_us: None,
+        ingested_at_us: None,
+        origin: None,
+        traceparent: None,
+        tracestate: None,
+        trace_refs: None,
+        payload_refs: None,
+        scrubbed_paths: None,
+        status: None,
+        behavior: None,
+        decision_id: None,
+        result_id: None,
+        error_class: None,
+        problem: None,
+    }
+}

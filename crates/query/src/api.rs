@@ -1,0 +1,642 @@
+//! The `/v1` HTTP API (axum), described by `docs/openapi.json`.
+//!
+//! ```text
+//! request ─▶ bearer token (sha256, constant-time) ─▶ principal ─▶ tenant scope
+//!   ─▶ parameters checked (unknown ones refused) ─▶ Reader::read on a blocking thread
+//!   ─▶ JSON (or NDJSON with format=ndjson / Accept: application/x-ndjson) ─▶ response
+//! every error, 4xx or 5xx: {"error": {"code", "message", "field"}}
+//! ```
+//!
+//! `/healthz` and `/metrics` need no token; everything under `/v1` does. The routes over the ledger
+//! itself live in submodules: `sql` (`POST /v1/sql`), `evidence` (checkpoints, proofs, bundles)
+//! and `stream` (session replay as NDJSON or SSE).
+
+mod evidence;
+mod sql;
+mod stream;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use serde::Serialize;
+use serde_json::json;
+use toolledger_core::telemetry::Telemetry;
+use toolledger_ingest::payload::BlobStore;
+
+use crate::access::{AccessLog, AccessRead};
+use crate::auth::{Principal, Tokens};
+use crate::error::{Error, Result};
+use crate::listing::{SearchFilter, SessionFilter};
+use crate::params;
+use crate::reader::Reader;
+use crate::stats::StatsFilter;
+
+/// How the API is set up.
+#[derive(Debug, Clone)]
+pub struct ApiOptions {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Accepted tokens.
+    pub tokens: Tokens,
+    /// With no tokens: serve every tenant without a token, on a loopback address only.
+    pub insecure_local: bool,
+    /// The blob store URL for payload checks (`None`: payloads reported `not_checked`).
+    pub blob_store_url: Option<String>,
+    /// Where reads of invocation and session data are recorded (`None`: not recorded; `serve`
+    /// without NATS says so at start).
+    pub access_log: Option<AccessLog>,
+    /// The ledger for replay, checkpoints, proofs and bundles (`None`: those answer 503 `no_ledger`).
+    pub ledger: Option<LedgerAccess>,
+}
+
+/// The ledger as the evidence and replay routes read it.
+#[derive(Debug, Clone)]
+pub struct LedgerAccess {
+    /// JetStream on the ledger's NATS.
+    pub js: async_nats::jetstream::Context,
+    /// Streams, trusted keys, origin and tiles for proofs and bundles.
+    pub source: toolledger_verify::ProveSource,
+}
+
+/// Request counts by endpoint and status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    endpoint: &'static str,
+    status: u16,
+}
+
+struct ApiState {
+    reader: Arc<Reader>,
+    blobs: Option<BlobStore>,
+    tokens: Tokens,
+    insecure_local: bool,
+    telemetry: Telemetry,
+    requests: Family<RequestLabels, Counter>,
+    access_log: Option<AccessLog>,
+    ledger: Option<LedgerAccess>,
+    /// Analysts' statements running at once: each holds a blocking thread and SQLite's page cache
+    /// for up to its time limit, so two leave the other readers room on a small machine.
+    sql_slots: tokio::sync::Semaphore,
+}
+
+/// An error as the API returns it.
+#[derive(Debug)]
+pub struct ApiError(pub Error);
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        ApiError(error)
+    }
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match &self.0 {
+            Error::InvalidParameter { .. } => StatusCode::BAD_REQUEST,
+            Error::NotFound { .. } => StatusCode::NOT_FOUND,
+            Error::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Error::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Error::NoProjection { .. } | Error::NoLedger { .. } | Error::SqlBusy { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Error::SqlRefused { .. } | Error::SqlInvalid { .. } => StatusCode::BAD_REQUEST,
+            // The statement was fine but too costly: 422, not 408 (which blames a slow client).
+            Error::SqlTimeout { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::Evidence(toolledger_verify::Error::NoSuchEntry { .. })
+            | Error::Evidence(toolledger_verify::Error::NoCheckpoint { .. }) => StatusCode::NOT_FOUND,
+            Error::Evidence(toolledger_verify::Error::BadSizes { .. }) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(error = %self.0, "api request failed");
+        }
+        let body = json!({"error": {
+            "code": self.0.code(),
+            "message": self.0.to_string(),
+            "field": self.0.field(),
+        }});
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Binds and serves the API until `shutdown`; returns the bound address (port 0 works) and the task.
+pub async fn serve(
+    data_dir: &std::path::Path,
+    options: ApiOptions,
+    telemetry: Telemetry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    if options.tokens.is_empty() && !(options.insecure_local && options.listen.ip().is_loopback()) {
+        return Err(Error::Config(
+            "no api tokens configured: add [[api.tokens]] or use --insecure-local on a loopback address"
+                .to_owned(),
+        ));
+    }
+    let app = router(data_dir, options.clone(), telemetry)?;
+    let serve_error = |source| Error::Serve {
+        addr: options.listen.to_string(),
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(serve_error)?;
+    let bound = listener.local_addr().map_err(serve_error)?;
+    let task = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+            tracing::error!(%error, "api server stopped");
+        }
+    });
+    Ok((bound, task))
+}
+
+/// The API's routes over the projections in `data_dir`.
+pub fn router(data_dir: &std::path::Path, options: ApiOptions, telemetry: Telemetry) -> Result<Router> {
+    let blobs = options
+        .blob_store_url
+        .as_deref()
+        .map(BlobStore::open)
+        .transpose()
+        .map_err(|e| Error::BlobStore(e.to_string()))?;
+    let requests = Family::<RequestLabels, Counter>::default();
+    telemetry.register(|registry| {
+        registry.register(
+            "api_requests",
+            "Query API requests by endpoint and status",
+            requests.clone(),
+        );
+    });
+    telemetry.health().ok("api", "serving");
+    let state = Arc::new(ApiState {
+        reader: Reader::new(data_dir),
+        blobs,
+        tokens: options.tokens,
+        insecure_local: options.insecure_local,
+        telemetry,
+        requests,
+        access_log: options.access_log,
+        ledger: options.ledger,
+        sql_slots: tokio::sync::Semaphore::new(sql::SLOTS),
+    });
+    Ok(Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/v1/invocations", get(search))
+        .route("/v1/invocations/{invocation_id}", get(invocation))
+        .route("/v1/sessions", get(sessions))
+        .route("/v1/sessions/{session_id}", get(session))
+        .route("/v1/stats", get(stats))
+        .route("/v1/tools", get(tools))
+        .route("/v1/sql", post(sql::sql))
+        .route("/v1/sessions/{session_id}/replay", get(stream::replay))
+        .route("/v1/sessions/{session_id}/bundle", get(evidence::session_bundle))
+        .route(
+            "/v1/invocations/{invocation_id}/bundle",
+            get(evidence::invocation_bundle),
+        )
+        .route("/v1/checkpoints/latest", get(evidence::latest_checkpoint))
+        .route("/v1/checkpoints/{size}", get(evidence::checkpoint))
+        .route("/v1/proofs/inclusion", get(evidence::inclusion))
+        .route("/v1/proofs/consistency", get(evidence::consistency))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state))
+}
+
+type Shared = State<Arc<ApiState>>;
+
+async fn not_found() -> Response {
+    let body = json!({"error": {"code": "not_found", "message": "no such endpoint (see docs/openapi.json)", "field": null}});
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
+}
+
+async fn method_not_allowed() -> Response {
+    let body = json!({"error": {"code": "method_not_allowed", "message": "method not allowed here (POST /v1/sql, GET elsewhere)", "field": null}});
+    (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
+}
+
+async fn healthz(State(state): Shared) -> Response {
+    let report = state.telemetry.health().report();
+    let code = if report.status == "ok" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(report)).into_response()
+}
+
+async fn metrics(State(state): Shared) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.telemetry.encode_metrics(),
+    )
+        .into_response()
+}
+
+impl ApiState {
+    fn authenticate(&self, headers: &HeaderMap) -> Result<Principal> {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+        match presented {
+            Some(token) => self.tokens.authenticate(token.trim()),
+            None if self.tokens.is_empty() && self.insecure_local => Ok(Principal::admin("local-admin")),
+            None => Err(Error::Unauthenticated),
+        }
+    }
+
+    /// Records a read of invocation or session data, one record per tenant read.
+    async fn record(
+        &self,
+        principal: &Principal,
+        endpoint: &'static str,
+        query: Option<&str>,
+        rows: impl IntoIterator<Item = (String, Option<String>, Option<String>)>,
+    ) {
+        let Some(log) = &self.access_log else {
+            return;
+        };
+        let mut by_tenant: BTreeMap<String, AccessRead> = BTreeMap::new();
+        for (tenant, invocation, session) in rows {
+            let read = by_tenant.entry(tenant.clone()).or_insert_with(|| AccessRead {
+                tenant,
+                principal: principal.name.clone(),
+                endpoint,
+                invocation_ids: Vec::new(),
+                session_ids: Vec::new(),
+                query: query.map(str::to_owned),
+                row_count: 0,
+            });
+            read.row_count += 1;
+            if let Some(id) = invocation
+                && !read.invocation_ids.contains(&id)
+            {
+                read.invocation_ids.push(id);
+            }
+            if let Some(id) = session
+                && !read.session_ids.contains(&id)
+            {
+                read.session_ids.push(id);
+            }
+        }
+        for read in by_tenant.into_values() {
+            log.record(read).await;
+        }
+    }
+
+    fn count(&self, endpoint: &'static str, response: &Response) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                endpoint,
+                status: response.status().as_u16(),
+            })
+            .inc();
+    }
+}
+
+/// The query string as a map; unknown or repeated parameters are refused so a typo is not a silent
+/// "no filter".
+struct Query(BTreeMap<String, String>);
+
+impl Query {
+    fn parse(raw: Option<String>, allowed: &[&str]) -> Result<Self> {
+        let raw = raw.unwrap_or_default();
+        if raw.len() > 8192 {
+            return Err(Error::invalid(
+                "query",
+                "the query string is longer than 8192 bytes",
+            ));
+        }
+        let mut map = BTreeMap::new();
+        for (key, value) in url::form_urlencoded::parse(raw.as_bytes()) {
+            if !allowed.contains(&key.as_ref()) {
+                return Err(Error::invalid(
+                    &key,
+                    format!("unknown parameter (accepted: {})", allowed.join(", ")),
+                ));
+            }
+            if map.insert(key.to_string(), value.into_owned()).is_some() {
+                return Err(Error::invalid(&key, "given more than once"));
+            }
+        }
+        Ok(Self(map))
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn owned(&self, key: &str) -> Option<String> {
+        self.0.get(key).cloned()
+    }
+
+    fn limit(&self) -> Result<u32> {
+        let value = self
+            .get("limit")
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| Error::invalid("limit", format!("`{v}` is not a whole number")))
+            })
+            .transpose()?;
+        params::limit(value)
+    }
+
+    fn ndjson(&self, headers: &HeaderMap) -> Result<bool> {
+        match self.get("format") {
+            Some("ndjson") => Ok(true),
+            Some("json") => Ok(false),
+            Some(other) => Err(Error::invalid("format", format!("`{other}`: use json or ndjson"))),
+            None => Ok(headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("application/x-ndjson"))),
+        }
+    }
+}
+
+/// The id in the path; one that does not even decode (bad percent-encoding, not UTF-8) is a 400 too.
+fn path_id(field: &str, path: Result<Path<String>, PathRejection>) -> Result<String> {
+    path.map(|Path(id)| id)
+        .map_err(|e| Error::invalid(field, format!("cannot be decoded: {e}")))
+}
+
+fn json_response(value: &impl Serialize) -> Response {
+    (StatusCode::OK, Json(value)).into_response()
+}
+
+/// One JSON document per line; the next page's cursor travels in `x-next-cursor`.
+fn ndjson_response<T: Serialize>(items: &[T], next_cursor: Option<&str>) -> Response {
+    let mut body = String::new();
+    for item in items {
+        if let Ok(line) = serde_json::to_string(item) {
+            body.push_str(&line);
+            body.push('\n');
+        }
+    }
+    let mut response = (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        body,
+    )
+        .into_response();
+    if let Some(cursor) = next_cursor.and_then(|c| HeaderValue::from_str(c).ok()) {
+        response.headers_mut().insert("x-next-cursor", cursor);
+    }
+    response
+}
+
+fn finish(state: &ApiState, endpoint: &'static str, result: Result<Response>) -> Response {
+    let response = result.unwrap_or_else(|error| ApiError(error).into_response());
+    state.count(endpoint, &response);
+    response
+}
+
+async fn invocation(
+    State(state): Shared,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let result = async {
+        let principal = state.authenticate(&headers)?;
+        let invocation_id = path_id("invocation_id", path)?;
+        let query = Query::parse(raw, &["tenant", "payloads"])?;
+        let tenant = principal.scope(query.get("tenant"))?;
+        let (check, content) = match query.get("payloads").unwrap_or("check") {
+            "none" => (false, false),
+            "check" => (true, false),
+            "content" => (true, true),
+            other => {
+                return Err(Error::invalid(
+                    "payloads",
+                    format!("`{other}`: use none, check or content"),
+                ));
+            }
+        };
+        params::id("invocation_id", &invocation_id)?;
+        let mut reconstruction = state
+            .reader
+            .read(move |conn| crate::reconstruct::reconstruct(conn, tenant.as_deref(), &invocation_id))
+            .await?;
+        if check && let Some(blobs) = &state.blobs {
+            crate::payloads::check(blobs, &mut reconstruction, content).await;
+        }
+        let row = (
+            reconstruction.tenant.clone(),
+            Some(reconstruction.invocation_id.clone()),
+            reconstruction.session_id.clone(),
+        );
+        state
+            .record(&principal, "GET /v1/invocations/{invocation_id}", None, [row])
+            .await;
+        Ok(json_response(&reconstruction))
+    }
+    .await;
+    finish(&state, "invocation", result)
+}
+
+async fn search(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
+    let result = async {
+        let principal = state.authenticate(&headers)?;
+        let query_text = raw.clone().unwrap_or_default();
+        let query = Query::parse(
+            raw,
+            &[
+                "tenant",
+                "session_id",
+                "tool_id",
+                "namespace",
+                "status",
+                "error_class",
+                "behavior",
+                "actor",
+                "native_id",
+                "native_key",
+                "from",
+                "to",
+                "limit",
+                "cursor",
+                "format",
+            ],
+        )?;
+        let ndjson = query.ndjson(&headers)?;
+        let filter = SearchFilter {
+            tenant: principal.scope(query.get("tenant"))?,
+            session_id: query.owned("session_id"),
+            tool_id: query.owned("tool_id"),
+            namespace: query.owned("namespace"),
+            status: query.owned("status"),
+            error_class: query.owned("error_class"),
+            behavior: query.owned("behavior"),
+            actor: query.owned("actor"),
+            native_id: query.owned("native_id"),
+            native_key: query.owned("native_key"),
+            range: params::time_range(query.get("from"), query.get("to"))?,
+            limit: query.limit()?,
+            cursor: query.owned("cursor"),
+        };
+        let page = state
+            .reader
+            .read(move |conn| crate::listing::search(conn, &filter))
+            .await?;
+        let rows = page.items.iter().map(|i| {
+            (
+                i.tenant.clone(),
+                Some(i.invocation_id.clone()),
+                i.session_id.clone(),
+            )
+        });
+        state
+            .record(&principal, "GET /v1/invocations", Some(&query_text), rows)
+            .await;
+        Ok(if ndjson {
+            ndjson_response(&page.items, page.next_cursor.as_deref())
+        } else {
+            json_response(&page)
+        })
+    }
+    .await;
+    finish(&state, "search", result)
+}
+
+async fn sessions(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
+    let result = async {
+        let principal = state.authenticate(&headers)?;
+        let query = Query::parse(raw, &["tenant", "from", "to", "limit", "cursor", "format"])?;
+        let ndjson = query.ndjson(&headers)?;
+        let filter = SessionFilter {
+            tenant: principal.scope(query.get("tenant"))?,
+            range: params::time_range(query.get("from"), query.get("to"))?,
+            limit: query.limit()?,
+            cursor: query.owned("cursor"),
+        };
+        let page = state
+            .reader
+            .read(move |conn| crate::listing::sessions(conn, &filter))
+            .await?;
+        let rows = page
+            .items
+            .iter()
+            .map(|s| (s.tenant.clone(), None, Some(s.session_id.clone())));
+        state.record(&principal, "GET /v1/sessions", None, rows).await;
+        Ok(if ndjson {
+            ndjson_response(&page.items, page.next_cursor.as_deref())
+        } else {
+            json_response(&page)
+        })
+    }
+    .await;
+    finish(&state, "sessions", result)
+}
+
+async fn session(
+    State(state): Shared,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let result = async {
+        let principal = state.authenticate(&headers)?;
+        let session_id = path_id("session_id", path)?;
+        let query = Query::parse(raw, &["tenant", "limit", "cursor", "format"])?;
+        let ndjson = query.ndjson(&headers)?;
+        let tenant = principal.scope(query.get("tenant"))?;
+        let limit = query.limit()?;
+        let cursor = query.owned("cursor");
+        params::id("session_id", &session_id)?;
+        let timeline = state
+            .reader
+            .read(move |conn| {
+                crate::listing::session_timeline(
+                    conn,
+                    tenant.as_deref(),
+                    &session_id,
+                    limit,
+                    cursor.as_deref(),
+                )
+            })
+            .await?;
+        let session = &timeline.session;
+        let rows = std::iter::once((session.tenant.clone(), None, Some(session.session_id.clone()))).chain(
+            timeline.invocations.iter().map(|i| {
+                (
+                    i.tenant.clone(),
+                    Some(i.invocation_id.clone()),
+                    i.session_id.clone(),
+                )
+            }),
+        );
+        state
+            .record(&principal, "GET /v1/sessions/{session_id}", None, rows)
+            .await;
+        Ok(if ndjson {
+            ndjson_response(&timeline.events.items, timeline.events.next_cursor.as_deref())
+        } else {
+            json_response(&timeline)
+        })
+    }
+    .await;
+    finish(&state, "session", result)
+}
+
+async fn stats(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
+    let result = async {
+        let principal = state.authenticate(&headers)?;
+        let query = Query::parse(raw, &["tenant", "tool_id", "from", "to", "bucket"])?;
+        let (bucket, bucket_ns) = params::bucket(query.get("bucket"))?;
+        let filter = StatsFilter {
+            tenant: principal.scope(query.get("tenant"))?,
+            tool_id: query.owned("tool_id"),
+            range: params::time_range(query.get("from"), query.get("to"))?,
+            bucket,
+            bucket_ns,
+        };
+        let stats = state
+            .reader
+            .read(move |conn| crate::stats::stats(conn, &filter))
+            .await?;
+        Ok(json_response(&stats))
+    }
+    .await;
+    finish(&state, "stats", result)
+}
+
+async fn tools(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
+    let result = async {
+        let principal = state.authenticate(&headers)?;
+        let query = Query::parse(raw, &["tenant"])?;
+        let tenant = principal.scope(query.get("tenant"))?;
+        let tools = state
+            .reader
+            .read(move |conn| crate::catalog::catalog(conn, tenant.as_deref()))
+            .await?;
+        Ok(json_response(&json!({ "tools": tools })))
+    }
+    .await;
+    finish(&state, "tools", result)
+}
