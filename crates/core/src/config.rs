@@ -99,7 +99,8 @@ impl Config {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetentionConfig {
-    /// Seconds between runs of the retention job in `up` and `serve`; 0 (default) never runs it.
+    /// Seconds between runs of the retention job inside `up`; 0 (default) never runs it. Deployments
+    /// run `toolledger erase --retention` from a timer (deploy/systemd).
     pub interval_secs: u64,
     /// Applies to tenants not listed in `tenants`.
     pub default: TenantRetention,

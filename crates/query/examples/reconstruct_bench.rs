@@ -22,31 +22,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rusqlite::params;
-use serde_json::{Value, json};
+use serde_json::Value;
 use toolledger_projector::{Generations, RawEntry, Store};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
-use toolledger_wire::{LedgerEntry, LedgerMetadata};
 
 const SAMPLES: usize = 1000;
 const RUNS: usize = 3;
 
 fn entry_bytes(event: &Value) -> Vec<u8> {
-    let subject = format!(
-        "atl.in.{}.{}",
-        event["tenant"].as_str().unwrap(),
-        event["type"].as_str().unwrap()
-    );
-    let decoded = toolledger_wire::decode(&subject, None, &serde_json::to_vec(event).unwrap()).unwrap();
-    let ledger: LedgerMetadata = serde_json::from_value(json!({
-        "ingested_at": event["time"], "origin": "structured", "payload_refs": [], "scrubbed_paths": [],
-    }))
-    .unwrap();
-    LedgerEntry {
-        event: decoded.event,
-        ledger,
-    }
-    .canonical_bytes()
-    .unwrap()
+    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
+        .unwrap()
+        .canonical_bytes()
+        .unwrap()
 }
 
 /// Generated entries, a chunk (one seed) at a time, made on their own thread so generation and

@@ -25,29 +25,16 @@ use toolledger_core::telemetry::Telemetry;
 use toolledger_projector::{Generations, RawEntry, SqlLimits, SqlScope, Store};
 use toolledger_query::{ApiOptions, Tokens};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
-use toolledger_wire::{LedgerEntry, LedgerMetadata};
 
 const READS: usize = 200;
 const RUNS: usize = 3;
 const RUNAWAY_CLIENTS: usize = 4;
 
 fn entry_bytes(event: &Value) -> Vec<u8> {
-    let subject = format!(
-        "atl.in.{}.{}",
-        event["tenant"].as_str().unwrap(),
-        event["type"].as_str().unwrap()
-    );
-    let decoded = toolledger_wire::decode(&subject, None, &serde_json::to_vec(event).unwrap()).unwrap();
-    let ledger: LedgerMetadata = serde_json::from_value(json!({
-        "ingested_at": event["time"], "origin": "structured", "payload_refs": [], "scrubbed_paths": [],
-    }))
-    .unwrap();
-    LedgerEntry {
-        event: decoded.event,
-        ledger,
-    }
-    .canonical_bytes()
-    .unwrap()
+    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
+        .unwrap()
+        .canonical_bytes()
+        .unwrap()
 }
 
 /// One HTTP/1.1 request with `Connection: close`; returns the status.

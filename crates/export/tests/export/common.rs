@@ -5,36 +5,23 @@ use std::path::Path;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use serde_json::{Value, json};
+use serde_json::Value;
 use toolledger_export::{Archive, Options, Summary};
 use toolledger_merkle::{Checkpoint, CompactRange, NoteSigner, Verifiers};
 use toolledger_projector::{RawEntry, Store};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::NatsFixture;
 use toolledger_wire::streams::{self, CHECKPOINTS_SUBJECT, ContractSettings};
-use toolledger_wire::{LedgerEntry, LedgerMetadata};
 
 /// The origin the test ledger's checkpoints name.
 pub const ORIGIN: &str = "toolledger/ATL_LEDGER";
 
 /// The canonical entry ingest would append for a structured CloudEvent.
 pub fn entry_bytes(event: &Value) -> Vec<u8> {
-    let subject = format!(
-        "atl.in.{}.{}",
-        event["tenant"].as_str().unwrap(),
-        event["type"].as_str().unwrap()
-    );
-    let decoded = toolledger_wire::decode(&subject, None, &serde_json::to_vec(event).unwrap()).unwrap();
-    let ledger: LedgerMetadata = serde_json::from_value(json!({
-        "ingested_at": event["time"], "origin": "structured", "payload_refs": [], "scrubbed_paths": [],
-    }))
-    .unwrap();
-    LedgerEntry {
-        event: decoded.event,
-        ledger,
-    }
-    .canonical_bytes()
-    .unwrap()
+    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
+        .unwrap()
+        .canonical_bytes()
+        .unwrap()
 }
 
 /// Generated sessions over three tenants, every class included.

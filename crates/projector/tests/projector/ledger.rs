@@ -6,7 +6,6 @@ use async_nats::jetstream::{self, stream};
 use serde_json::{Value, json};
 use toolledger_projector::{Generations, Store};
 use toolledger_wire::streams::{LEDGER, LEDGER_SUBJECTS};
-use toolledger_wire::{LedgerEntry, LedgerMetadata};
 
 /// Creates ATL_LEDGER as the contract has it (file storage, `atl.ledger.>`, no limits).
 pub async fn create_ledger(client: async_nats::Client) -> jetstream::Context {
@@ -26,23 +25,10 @@ pub async fn create_ledger(client: async_nats::Client) -> jetstream::Context {
 
 /// The canonical ledger entry bytes of a structured CloudEvent, as ingest would append them.
 pub fn entry_bytes(event: &Value) -> Vec<u8> {
-    let tenant = event["tenant"].as_str().unwrap();
-    let class = event["type"].as_str().unwrap();
-    let subject = format!("atl.in.{tenant}.{class}");
-    let decoded = toolledger_wire::decode(&subject, None, &serde_json::to_vec(event).unwrap()).unwrap();
-    let ledger: LedgerMetadata = serde_json::from_value(json!({
-        "ingested_at": event["time"].as_str().unwrap_or("2026-05-08T09:00:00Z"),
-        "origin": "structured",
-        "payload_refs": [],
-        "scrubbed_paths": [],
-    }))
-    .unwrap();
-    LedgerEntry {
-        event: decoded.event,
-        ledger,
-    }
-    .canonical_bytes()
-    .unwrap()
+    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
+        .unwrap()
+        .canonical_bytes()
+        .unwrap()
 }
 
 /// A `toolledger.quarantine.recorded` receipt, as ingest appends them under `_system`.

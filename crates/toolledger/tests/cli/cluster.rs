@@ -575,7 +575,7 @@ fn shipped_systemd_units_verify() {
     let mut units: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "service"))
+        .filter(|p| p.extension().is_some_and(|e| e == "service" || e == "timer"))
         .collect();
     units.sort();
     let names: Vec<String> = units
@@ -589,6 +589,8 @@ fn shipped_systemd_units_verify() {
             "toolledger-export.service",
             "toolledger-ingest.service",
             "toolledger-project.service",
+            "toolledger-retention.service",
+            "toolledger-retention.timer",
             "toolledger-serve.service",
         ]
     );

@@ -8,12 +8,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use serde_json::{Value, json};
+use serde_json::Value;
 use toolledger_merkle::{Checkpoint, CompactRange, NoteSigner};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::{ChildProcess, NatsFixture, python};
 use toolledger_wire::streams::{self, CHECKPOINTS_SUBJECT, ContractSettings};
-use toolledger_wire::{LedgerEntry, LedgerMetadata};
 
 use crate::toolledger;
 
@@ -36,22 +35,10 @@ impl Delays {
 }
 
 fn entry_bytes(event: &Value) -> Vec<u8> {
-    let subject = format!(
-        "atl.in.{}.{}",
-        event["tenant"].as_str().unwrap(),
-        event["type"].as_str().unwrap()
-    );
-    let decoded = toolledger_wire::decode(&subject, None, &serde_json::to_vec(event).unwrap()).unwrap();
-    let ledger: LedgerMetadata = serde_json::from_value(json!({
-        "ingested_at": event["time"], "origin": "structured", "payload_refs": [], "scrubbed_paths": [],
-    }))
-    .unwrap();
-    LedgerEntry {
-        event: decoded.event,
-        ledger,
-    }
-    .canonical_bytes()
-    .unwrap()
+    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
+        .unwrap()
+        .canonical_bytes()
+        .unwrap()
 }
 
 /// Appends `events` in chunks with a signed checkpoint after each, pausing between chunks so the

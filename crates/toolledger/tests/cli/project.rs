@@ -9,12 +9,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
-use serde_json::{Value, json};
+use serde_json::Value;
 use toolledger_projector::{Generations, Store};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::{ChildProcess, NatsFixture};
 use toolledger_wire::streams::{LEDGER, LEDGER_SUBJECTS};
-use toolledger_wire::{LedgerEntry, LedgerMetadata};
 
 use crate::toolledger;
 
@@ -50,22 +49,10 @@ fn seed() -> u64 {
 
 /// The canonical entry ingest would append for a structured CloudEvent.
 pub(crate) fn entry_bytes(event: &Value) -> Vec<u8> {
-    let subject = format!(
-        "atl.in.{}.{}",
-        event["tenant"].as_str().unwrap(),
-        event["type"].as_str().unwrap()
-    );
-    let decoded = toolledger_wire::decode(&subject, None, &serde_json::to_vec(event).unwrap()).unwrap();
-    let ledger: LedgerMetadata = serde_json::from_value(json!({
-        "ingested_at": event["time"], "origin": "structured", "payload_refs": [], "scrubbed_paths": [],
-    }))
-    .unwrap();
-    LedgerEntry {
-        event: decoded.event,
-        ledger,
-    }
-    .canonical_bytes()
-    .unwrap()
+    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
+        .unwrap()
+        .canonical_bytes()
+        .unwrap()
 }
 
 async fn create_ledger(js: &jetstream::Context) {
