@@ -206,10 +206,15 @@ pub async fn plan(js: &jetstream::Context, ledger: &str, request: &ErasureReques
 }
 
 /// The tenant's quarantined originals that belong to the target: for an invocation or a session,
-/// those whose bytes name its id; for the whole tenant, all of them.
+/// those whose bytes hold its id as a JSON string; for the whole tenant, all of them.
 async fn quarantined_of(js: &jetstream::Context, request: &ErasureRequest) -> Result<Vec<u64>> {
     let needle = match &request.target {
-        ErasureTarget::Invocation(id) | ErasureTarget::Session(id) => Some(id.as_bytes().to_vec()),
+        // The id as a JSON string, quotes included, so `inv-1` does not match `inv-10`.
+        ErasureTarget::Invocation(id) | ErasureTarget::Session(id) => {
+            Some(serde_json::to_vec(id).map_err(|e| Error::Erasure {
+                reason: e.to_string(),
+            })?)
+        }
         ErasureTarget::Tenant => None,
         ErasureTarget::Blobs(_) | ErasureTarget::IngestedBefore(_) => return Ok(Vec::new()),
     };

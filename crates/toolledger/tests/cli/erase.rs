@@ -161,17 +161,26 @@ fn erased_content_is_nowhere_yet_the_ledger_verifies_and_retention_follows_the_c
     let mut rejected = events[0].clone();
     rejected["id"] = json!("inv-erase-rejected");
     rejected["data"]["tool_id"] = json!(42);
+    // And one of another invocation whose id merely starts with the erased one's: it stays.
+    let mut neighbour = rejected.clone();
+    neighbour["id"] = json!("inv-erase-2-rejected");
+    neighbour["subject"] = json!("inv-erase-2");
+    neighbour["invocationid"] = json!("inv-erase-2");
+    neighbour["data"]["invocation_id"] = json!("inv-erase-2");
+    neighbour["data"]["model_input"] = json!({"note": "neighbour"});
+    neighbour["data"]["call_input"] = json!({"note": "neighbour"});
     events.push(rejected);
+    events.push(neighbour);
     runtime.block_on(async {
         let outgoing = toolledger_wire::produce::prepare_all(&events, toolledger_wire::Mode::Binary).unwrap();
         let report = toolledger_wire::produce::publish_all(&js, outgoing).await;
         assert!(report.failed.is_empty(), "{:?}", report.failed);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while stream_messages(&js, "ATL_LEDGER").await < 5 {
+        while stream_messages(&js, "ATL_LEDGER").await < 6 {
             assert!(Instant::now() < deadline, "{}", ingest.stderr());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert_eq!(stream_messages(&js, "ATL_QUARANTINE").await, 1);
+        assert_eq!(stream_messages(&js, "ATL_QUARANTINE").await, 2);
     });
     assert!(
         !files_with(&data.join("blobs"), ERASE_ME).is_empty(),
@@ -233,8 +242,8 @@ fn erased_content_is_nowhere_yet_the_ledger_verifies_and_retention_follows_the_c
     runtime.block_on(async {
         assert_eq!(
             stream_messages(&js, "ATL_QUARANTINE").await,
-            0,
-            "the rejected copy is gone too"
+            1,
+            "the rejected copy is gone too, its neighbour's stays"
         );
     });
     let (ok, out) = tool(&config, &["verify", "--nats-url", &url]);
