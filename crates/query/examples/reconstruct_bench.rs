@@ -156,24 +156,11 @@ fn main() {
 
     let reader = toolledger_query::Reader::new(dir.path());
     let load_started = Instant::now();
-    let database = generation.database();
     let mut phases = Vec::new();
-    for phase in [
-        "schema as projected",
-        "plus permission_requests (tenant, invocation_id) index",
-    ] {
-        if phase.starts_with("plus") {
-            // What a one-line projector schema change would buy: permission requests are keyed by
-            // (tenant, decision_id) only, so each reconstruction scans its tenant's requests.
-            let writable = rusqlite::Connection::open(&database).unwrap();
-            writable.busy_timeout(Duration::from_secs(60)).unwrap();
-            writable
-                .execute_batch(
-                    "CREATE INDEX IF NOT EXISTS bench_requests_by_invocation
-                     ON permission_requests (tenant, invocation_id, seq)",
-                )
-                .unwrap();
-        }
+    // One phase since the projector indexes permission requests by invocation (this benchmark found
+    // the missing index: reconstruct p50 25 ms -> 0.18 ms at 400k entries); a second phase that
+    // created the index under the live writer locked it out.
+    for phase in ["schema as projected"] {
         println!("phase: {phase}");
         let mut baseline_runs = Vec::new();
         let mut reconstruct_runs = Vec::new();
