@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 use toolledger_schemas::state::{self, Config as StateConfig, InvocationTrack};
-use toolledger_schemas::{Data, EventClass, EventFacts, EventTime, contract};
+use toolledger_schemas::{ClassifiedEvent, Data, EventFacts, EventTime, contract};
 use toolledger_wire::LedgerEntry;
 
 /// The partition of an entry whose tenant cannot be read (it does not decode as a ledger entry).
@@ -365,42 +365,14 @@ impl Tracker {
                 .unwrap_or_else(|| NO_DATE.to_owned()),
         };
         let data = event.get("data").cloned().unwrap_or(Value::Null);
-        let mut problem = None;
-        let class = match class_name.as_deref().map(str::parse::<EventClass>) {
-            Some(Ok(class)) => Some(class),
-            Some(Err(error)) => {
-                problem = Some(error.to_string());
-                None
-            }
-            None => {
-                problem = Some("the event has no type".to_owned());
-                None
-            }
-        };
-        let decoded = class.and_then(|class| match Data::decode_for(class, &data) {
-            Ok(decoded) => Some(decoded),
-            Err(error) => {
-                problem = Some(format!(
-                    "data does not decode as {}: {error}",
-                    contract(class).data
-                ));
-                None
-            }
-        });
-        let session =
-            text("sessionid").or_else(|| decoded.as_ref().and_then(Data::session_id).map(str::to_owned));
+        let ClassifiedEvent {
+            class,
+            decoded,
+            session_id: session,
+            invocation_id,
+            problem,
+        } = ClassifiedEvent::of(&event);
         let is_invocation_event = class.is_some_and(|c| contract(c).is_invocation_event());
-        let invocation_id = text("invocationid").or_else(|| {
-            is_invocation_event
-                .then(|| {
-                    decoded
-                        .as_ref()
-                        .and_then(Data::subject)
-                        .map(str::to_owned)
-                        .or_else(|| text("subject"))
-                })
-                .flatten()
-        });
         let data_text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_owned);
 
         let mut out = EntryRows::default();

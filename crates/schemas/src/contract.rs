@@ -406,6 +406,79 @@ impl Data {
     }
 }
 
+/// What every reader of the ledger works out first about an entry's CloudEvent (JSON): its class,
+/// its data decoded as the contract says, the session and invocation it belongs to, and, when the
+/// class or data cannot be read, why. The projector and the exporter share it so that both file an
+/// entry under the same session and invocation.
+#[derive(Debug, Clone)]
+pub struct ClassifiedEvent {
+    /// The event class, when `type` names a known one.
+    pub class: Option<EventClass>,
+    /// The data decoded for that class.
+    pub decoded: Option<Data>,
+    /// `sessionid`, else the data's session.
+    pub session_id: Option<String>,
+    /// `invocationid`, else, for an invocation class, the data's subject field or the event's `subject`.
+    pub invocation_id: Option<String>,
+    /// Why the class or the data could not be read.
+    pub problem: Option<String>,
+}
+
+impl ClassifiedEvent {
+    /// Classifies `event`, a CloudEvent in its JSON format.
+    pub fn of(event: &Value) -> Self {
+        let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
+        let mut problem = None;
+        let class = match event
+            .get("type")
+            .and_then(Value::as_str)
+            .map(str::parse::<EventClass>)
+        {
+            Some(Ok(class)) => Some(class),
+            Some(Err(error)) => {
+                problem = Some(error.to_string());
+                None
+            }
+            None => {
+                problem = Some("the event has no type".to_owned());
+                None
+            }
+        };
+        let data = event.get("data").unwrap_or(&Value::Null);
+        let decoded = class.and_then(|class| match Data::decode_for(class, data) {
+            Ok(decoded) => Some(decoded),
+            Err(error) => {
+                problem = Some(format!(
+                    "data does not decode as {}: {error}",
+                    contract(class).data
+                ));
+                None
+            }
+        });
+        let session_id =
+            text("sessionid").or_else(|| decoded.as_ref().and_then(Data::session_id).map(str::to_owned));
+        let is_invocation_event = class.is_some_and(|c| contract(c).is_invocation_event());
+        let invocation_id = text("invocationid").or_else(|| {
+            is_invocation_event
+                .then(|| {
+                    decoded
+                        .as_ref()
+                        .and_then(Data::subject)
+                        .map(str::to_owned)
+                        .or_else(|| text("subject"))
+                })
+                .flatten()
+        });
+        Self {
+            class,
+            decoded,
+            session_id,
+            invocation_id,
+            problem,
+        }
+    }
+}
+
 impl UnknownValues for Data {
     fn collect_unknown(&self, at: &str, out: &mut Vec<UnknownValue>) {
         match self {

@@ -24,7 +24,7 @@ pub mod state;
 pub mod validate;
 
 pub use class::{EventClass, UnknownClass};
-pub use contract::{Contract, Data, DataObject, Effect, SubjectField, contract};
+pub use contract::{ClassifiedEvent, Contract, Data, DataObject, Effect, SubjectField, contract};
 pub use model::{UnknownValue, UnknownValues};
 pub use state::{Anomaly, AnomalyKind, EventFacts, EventTime, InvocationState, InvocationTrack, step};
 pub use validate::{EventError, ObjectKind, Report, Violation, validate_event, validate_stream};

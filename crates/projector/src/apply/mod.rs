@@ -21,7 +21,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use toolledger_schemas::contract::LedgerRecord;
 use toolledger_schemas::state::{self, Config as StateConfig, InvocationTrack};
-use toolledger_schemas::{Anomaly, Data, Effect, EventClass, EventFacts, EventTime, contract};
+use toolledger_schemas::{
+    Anomaly, ClassifiedEvent, Data, Effect, EventClass, EventFacts, EventTime, contract,
+};
 use toolledger_wire::LedgerEntry;
 
 use crate::error::{Result, SqlContext};
@@ -96,42 +98,14 @@ pub(crate) fn apply_entry(
     let time_ns = time.as_deref().and_then(EventTime::parse_rfc3339).map(|t| t.0);
     let data = event.get("data").cloned().unwrap_or(Value::Null);
 
-    let mut problem = None;
-    let class = match class_name.as_deref().map(str::parse::<EventClass>) {
-        Some(Ok(class)) => Some(class),
-        Some(Err(error)) => {
-            problem = Some(error.to_string());
-            None
-        }
-        None => {
-            problem = Some("the event has no type".to_owned());
-            None
-        }
-    };
-    let decoded = class.and_then(|class| match Data::decode_for(class, &data) {
-        Ok(decoded) => Some(decoded),
-        Err(error) => {
-            problem = Some(format!(
-                "data does not decode as {}: {error}",
-                contract(class).data
-            ));
-            None
-        }
-    });
-    let session =
-        text("sessionid").or_else(|| decoded.as_ref().and_then(Data::session_id).map(str::to_owned));
+    let ClassifiedEvent {
+        class,
+        decoded,
+        session_id: session,
+        invocation_id,
+        problem,
+    } = ClassifiedEvent::of(&event);
     let is_invocation_event = class.is_some_and(|c| contract(c).is_invocation_event());
-    let invocation_id = text("invocationid").or_else(|| {
-        is_invocation_event
-            .then(|| {
-                decoded
-                    .as_ref()
-                    .and_then(Data::subject)
-                    .map(str::to_owned)
-                    .or_else(|| text("subject"))
-            })
-            .flatten()
-    });
     let json_text = |value: Option<&Value>| value.filter(|v| !v.is_null()).map(Value::to_string);
     tx.prepare_cached(
         "INSERT INTO events (seq, leaf_hash, event_id, source, class, tenant, session_id, subject,
