@@ -7,7 +7,8 @@
 //! every error, 4xx or 5xx: {"error": {"code", "message", "field"}}
 //! ```
 //!
-//! `/healthz` and `/metrics` need no token; everything under `/v1` does. The routes over the ledger
+//! `/healthz`, `/metrics` and the web view's static assets (`/`, `/ui/…`, see [`crate::web`]) need
+//! no token; everything under `/v1` does. The routes over the ledger
 //! itself live in submodules: `sql` (`POST /v1/sql`), `evidence` (checkpoints, proofs, bundles)
 //! and `stream` (session replay as NDJSON or SSE).
 
@@ -202,6 +203,9 @@ pub fn router(data_dir: &std::path::Path, options: ApiOptions, telemetry: Teleme
     Ok(Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        // The web view: static assets only, no token; its data calls go to /v1 like any client's.
+        .route("/", get(crate::web::index))
+        .route("/ui/{file}", get(crate::web::asset))
         .route("/v1/invocations", get(search))
         .route("/v1/invocations/{invocation_id}", get(invocation))
         .route("/v1/sessions", get(sessions))

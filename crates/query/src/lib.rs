@@ -29,6 +29,8 @@
 //!   `POST /v1/sql` (bounded by a semaphore), session replay as NDJSON/SSE, signed checkpoints,
 //!   inclusion and consistency proofs (an inclusion proof only for a tenant the token holds) and
 //!   evidence bundles.
+//! - `web`: the web view's static assets (ES modules, CSS; compiled in), served at `/` and `/ui/…`;
+//!   the page reads only `/v1` with the token the user signs in with.
 //! - [`access`]: every API read of invocation or session data published as
 //!   `toolledger.access.read` to `atl.in.<tenant>.…`, so ingest appends it to the ledger.
 //!
@@ -49,6 +51,7 @@ pub mod reconstruct;
 pub mod replay;
 mod rows;
 pub mod stats;
+mod web;
 
 pub use access::{AccessLog, AccessRead};
 pub use api::{ApiOptions, LedgerAccess, serve};

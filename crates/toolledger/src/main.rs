@@ -84,6 +84,9 @@ enum Command {
     /// Check the deployment — NATS, the stream contract, ingest lag, checkpoint age, quarantine rate,
     /// projection lag, disk — and say what to do about each problem. Exits 1 when a check fails.
     Doctor(cmd::doctor::Args),
+    /// Run the end-to-end benchmark suite (each figure beside a baseline measured in the same run) and
+    /// write a Markdown + JSON report with the command and the machine; see docs/benchmarks/.
+    Bench(cmd::bench::Args),
     /// Build a new projection generation from ledger seq 1 and switch `current` to it; readers switch
     /// when they reopen. Needs --nats-url or nats.url.
     Rebuild(cmd::project::Args),
@@ -137,6 +140,7 @@ fn main() -> ExitCode {
             Command::Replay(args) => cmd::replay::run(config, args).await,
             Command::Backup(args) => cmd::backup::run_backup(config, args).await,
             Command::Doctor(args) => cmd::doctor::run(config, args).await,
+            Command::Bench(args) => cmd::bench::run(config, args).await,
             Command::Restore(args) => cmd::backup::run_restore(config, args).await,
             Command::Ingest(args) => cmd::ingest::run(config, args, cmd::shutdown_signal()).await,
             Command::Quarantine(args) => cmd::quarantine::run(config, args).await,

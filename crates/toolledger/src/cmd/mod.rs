@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod backup;
+pub mod bench;
 pub mod bundle;
 pub mod demo_data;
 pub mod doctor;

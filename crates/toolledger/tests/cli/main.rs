@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // a panic is how a test reports failure
 
 mod backup;
+mod bench;
 mod bundle;
 mod cluster;
 mod erase;
@@ -16,6 +17,7 @@ mod replay;
 mod sql;
 mod tools;
 mod up;
+mod web;
 mod wire;
 
 use std::path::Path;

@@ -16,22 +16,22 @@ use toolledger_testkit::{ChildProcess, nats_server_bin, workspace_root};
 
 use crate::toolledger;
 
-const ADMIN_TOKEN: &str = "admin-token-for-tests-0123456789abcdef";
-const ACME_TOKEN: &str = "acme-token-for-tests-0123456789abcdef";
+pub(crate) const ADMIN_TOKEN: &str = "admin-token-for-tests-0123456789abcdef";
+pub(crate) const ACME_TOKEN: &str = "acme-token-for-tests-0123456789abcdef";
 
 /// A response of the tiny client below.
-struct Reply {
-    status: u16,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
     headers: Vec<(String, String)>,
-    body: String,
+    pub(crate) body: String,
 }
 
 impl Reply {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
 
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
@@ -40,7 +40,7 @@ impl Reply {
 }
 
 /// One HTTP/1.1 request with `Connection: close`; the API answers with a content length.
-fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Reply {
+pub(crate) fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Reply {
     send(addr, method, path, token, "", "")
 }
 
@@ -182,16 +182,16 @@ fn after<'a>(stdout: &'a str, marker: &str, end: &str) -> &'a str {
 }
 
 /// The system under test, loaded with generated sessions.
-struct Loaded {
-    up: ChildProcess,
-    api: SocketAddr,
-    nats_url: String,
-    config: std::path::PathBuf,
-    dir: tempfile::TempDir,
-    generated: Generated,
+pub(crate) struct Loaded {
+    pub(crate) up: ChildProcess,
+    pub(crate) api: SocketAddr,
+    pub(crate) nats_url: String,
+    pub(crate) config: std::path::PathBuf,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) generated: Generated,
 }
 
-fn load() -> Loaded {
+pub(crate) fn load() -> Loaded {
     let dir = tempfile::tempdir().unwrap();
     let config = config_file(dir.path());
     let mut up = ChildProcess::spawn(toolledger(), ["--config", config.to_str().unwrap(), "up"], &[]);

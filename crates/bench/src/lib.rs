@@ -1,0 +1,134 @@
+//! `toolledger bench`: the end-to-end benchmark suite. Every figure is measured over several runs
+//! (three by default) beside a baseline measured in the same round on the same machine, with the
+//! realistic event mix of the generator; the result is a Markdown + JSON report naming the exact
+//! command and the machine (`docs/benchmarks/` holds the committed one).
+//!
+//! ```text
+//! suites: ingest   ingest vs a pass-through relay vs raw JetStream publish
+//!         latency  publish ─▶ queryable p50/p99/p99.9 at offered loads; maximum sustained rate
+//!         rebuild  projector rebuild vs raw SQLite insert
+//!         export   Parquet export vs raw arrow write
+//!         verify   verify vs raw SHA-256
+//!         bulk     a 10M-entry ledger built quickly; size-dependent figures (bytes/entry, proofs)
+//!         soak     RSS of each service over a long run at a steady load
+//! ```
+//! The report is rewritten after each suite, so an interrupted run keeps what it measured.
+
+pub mod machine;
+pub mod report;
+pub mod workload;
+
+mod bulk;
+mod offline;
+mod pipeline;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use report::{Report, Section};
+
+/// Every suite, in the order a full run takes them.
+pub const SUITES: [&str; 7] = ["ingest", "latency", "rebuild", "export", "verify", "bulk", "soak"];
+
+/// What to run and how big.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Suites to run (subset of [`SUITES`]), in [`SUITES`] order.
+    pub suites: Vec<String>,
+    /// Runs per figure (at least 3 for a report; fewer only for trying things).
+    pub runs: usize,
+    /// Where the report goes (`report.md`, `report.json`).
+    pub out: PathBuf,
+    /// Where temporary servers, ledgers and databases go (its filesystem needs the free space the
+    /// bulk suite asks for).
+    pub work_dir: PathBuf,
+    /// The pinned nats-server.
+    pub nats_server: PathBuf,
+    /// The `toolledger` binary to run services with (the running one).
+    pub toolledger: PathBuf,
+    /// Sizes.
+    pub scale: Scale,
+    /// The command line, as the report will print it.
+    pub command: String,
+}
+
+/// Sizes of each suite.
+#[derive(Debug, Clone)]
+pub struct Scale {
+    /// Events per run for ingest, rebuild, export and verify.
+    pub events: usize,
+    /// Offered loads for the latency suite, events/s.
+    pub loads: Vec<u64>,
+    /// Seconds each offered load is held.
+    pub load_secs: u64,
+    /// Events of the latency suite's saturation burst (maximum sustained end-to-end rate).
+    pub burst_events: usize,
+    /// Entries of the bulk-built ledger.
+    pub bulk_entries: u64,
+    /// Seconds of the soak run.
+    pub soak_secs: u64,
+    /// Offered load of the soak run, events/s.
+    pub soak_rate: u64,
+}
+
+impl Scale {
+    /// The sizes the committed report uses.
+    pub fn full() -> Self {
+        Self {
+            events: 50_000,
+            loads: vec![1_000, 5_000, 10_000],
+            load_secs: 10,
+            burst_events: 30_000,
+            bulk_entries: 10_000_000,
+            soak_secs: 600,
+            soak_rate: 1_000,
+        }
+    }
+
+    /// Tiny sizes that exercise every code path in seconds (the test suite runs these).
+    pub fn smoke() -> Self {
+        Self {
+            events: 2_000,
+            loads: vec![200, 500],
+            load_secs: 2,
+            burst_events: 500,
+            bulk_entries: 20_000,
+            soak_secs: 6,
+            soak_rate: 200,
+        }
+    }
+}
+
+/// Runs the chosen suites, rewriting the report after each; returns the final report.
+pub async fn run(options: Options) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let machine = machine::Machine::describe(&options.nats_server, &options.work_dir);
+    let mut report = Report {
+        command: options.command.clone(),
+        machine,
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        seconds: 0.0,
+        runs: options.runs,
+        sections: Vec::new(),
+    };
+    for suite in SUITES.iter().filter(|s| options.suites.iter().any(|o| o == *s)) {
+        eprintln!("bench: {suite} …");
+        let suite_started = Instant::now();
+        let mut section: Section = match *suite {
+            "ingest" => pipeline::ingest(&options).await?,
+            "latency" => pipeline::latency(&options).await?,
+            "soak" => pipeline::soak(&options).await?,
+            "rebuild" => offline::rebuild(&options).await?,
+            "export" => offline::export(&options).await?,
+            "verify" => offline::verify(&options).await?,
+            "bulk" => bulk::bulk(&options).await?,
+            other => anyhow::bail!("unknown suite {other}"),
+        };
+        section.seconds = suite_started.elapsed().as_secs_f64();
+        eprintln!("bench: {suite} done in {:.0} s", section.seconds);
+        report.sections.push(section);
+        report.seconds = started.elapsed().as_secs_f64();
+        report.write(&options.out)?;
+    }
+    Ok(report)
+}

@@ -1,0 +1,92 @@
+// The tool catalog (versions, lifecycle) and, for the selected tool, charts from /v1/stats (calls
+// per bucket by outcome, p50/p95 latency) and its error classes from /v1/invocations.
+
+import { h, link, duration, section, table, empty } from './dom.js';
+import { get, all } from './api.js';
+import { stackedBars, lines, hbars } from './charts.js';
+
+const OUTCOMES = [
+  { name: 'succeeded', cls: 'st-succeeded' }, { name: 'failed', cls: 'st-failed' }, { name: 'timed_out', cls: 'st-timeout' },
+  { name: 'denied', cls: 'st-denied' }, { name: 'canceled', cls: 'st-canceled' }, { name: 'in_flight', cls: 'st-running' },
+];
+const BUCKETS = [['1m', 60e3], ['5m', 300e3], ['15m', 900e3], ['1h', 3600e3], ['6h', 21600e3], ['1d', 86400e3], ['7d', 604800e3], ['31d', 2678400e3]];
+
+function bucketFor(items) {
+  const times = items.map((i) => Date.parse(i.first_time)).filter((t) => !Number.isNaN(t));
+  const span = times.length ? Math.max(...times) - Math.min(...times) : 0;
+  return (BUCKETS.find(([, width]) => span / width <= 40) || BUCKETS[BUCKETS.length - 1])[0];
+}
+
+function label(iso, bucket) {
+  const d = new Date(iso);
+  const text = d.toISOString();
+  return bucket.endsWith('d') ? text.slice(5, 10) : text.slice(11, 16);
+}
+
+async function toolPanel(tool) {
+  const invocations = await all('/v1/invocations', { tenant: tool.tenant, tool_id: tool.tool_id }, 20000);
+  const bucket = bucketFor(invocations.items);
+  const stats = await get('/v1/stats', { tenant: tool.tenant, tool_id: tool.tool_id, bucket });
+  const rows = stats.rows.filter((r) => r.tool_id === tool.tool_id).sort((a, b) => a.bucket_start.localeCompare(b.bucket_start));
+  const classes = {};
+  for (const inv of invocations.items) if (inv.error_class) classes[inv.error_class] = (classes[inv.error_class] || 0) + 1;
+  const totals = rows.reduce((t, r) => { t.calls += r.calls; t.ok += r.succeeded; return t; }, { calls: 0, ok: 0 });
+  const p95 = rows.map((r) => r.latency_p95_ms).filter((v) => v !== null);
+  const panel = h('div', { 'data-test': 'tool-panel', 'data-tool': tool.tool_id });
+  panel.append(h('h2', {}, h('span', { class: 'mono' }, tool.tool_id), ` · ${tool.tenant}`),
+    h('p', { class: 'counts' }, h('strong', { 'data-test': 'tool-calls' }, String(totals.calls)), ' calls · ',
+      `${totals.calls ? Math.round((100 * totals.ok) / totals.calls) : 0}% succeeded · worst bucket p95 `,
+      duration(p95.length ? Math.max(...p95) : null), ` · bucket ${bucket}`));
+  if (!rows.length) {
+    panel.append(empty('No invocations of this tool yet.'));
+  } else {
+    panel.append(h('div', { class: 'charts' },
+      h('figure', { class: 'card' }, h('figcaption', {}, `Calls per ${bucket} by outcome`),
+        stackedBars('calls by outcome', rows.map((r) => ({ label: label(r.bucket_start, bucket), parts: r })), OUTCOMES),
+        h('div', { class: 'legend' }, OUTCOMES.map((o) => h('span', { class: 'legend-item' }, h('span', { class: `swatch ${o.cls}` }), o.name)))),
+      h('figure', { class: 'card' }, h('figcaption', {}, 'Latency p50 / p95 (ms)'),
+        lines('latency', rows.map((r) => ({ label: label(r.bucket_start, bucket), values: { p50: r.latency_p50_ms, p95: r.latency_p95_ms } })),
+          [{ name: 'p50', cls: 'ln-p50' }, { name: 'p95', cls: 'ln-p95' }], (v) => (v >= 1000 ? `${(v / 1000).toFixed(1)}s` : `${Math.round(v)}`)),
+        h('div', { class: 'legend' }, h('span', { class: 'legend-item' }, h('span', { class: 'swatch ln-p50' }), 'p50'),
+          h('span', { class: 'legend-item' }, h('span', { class: 'swatch ln-p95' }), 'p95'))),
+      h('figure', { class: 'card' }, h('figcaption', {}, 'Error classes'),
+        Object.keys(classes).length ? hbars('error classes', Object.entries(classes).sort((a, b) => b[1] - a[1]).map(([k, v]) => ({ label: k, value: v })), 'st-failed')
+          : empty('No errors.'))));
+  }
+  panel.append(h('div', { class: 'two' },
+    section('Versions', tool.versions.length ? table(['#', 'version', 'lifecycle', 'kind', 'first seq'], tool.versions.map((v) => h('tr', {},
+      h('td', { class: 'num' }, String(v.version_no)), h('td', { class: 'mono' }, v.version ?? '—'), h('td', {}, v.lifecycle ?? '—'), h('td', {}, v.tool_kind ?? '—'),
+      h('td', { class: 'mono num' }, String(v.first_seq)))), { class: 'compact' }) : empty('No versions recorded.')),
+    section('Lifecycle and surfaces', tool.lifecycle_history.length ? table(['seq', 'lifecycle'], tool.lifecycle_history.map((l) => h('tr', {},
+      h('td', { class: 'mono num' }, String(l.seq)), h('td', {}, l.lifecycle))), { class: 'compact' }) : empty('No lifecycle changes.'),
+    tool.surfaces.length ? table(['surface', 'revision', 'disposition', 'reason'], tool.surfaces.map((x) => h('tr', {},
+      h('td', { class: 'mono' }, x.surface_id), h('td', { class: 'num' }, String(x.revision)), h('td', {}, x.disposition), h('td', {}, x.reason || ''))),
+    { class: 'compact' }) : empty('On no surface.'))));
+  return panel;
+}
+
+export async function renderTools(view, tenant, toolId, query, stale) {
+  const [{ tools }, usage] = await Promise.all([get('/v1/tools', {}), get('/v1/stats', { bucket: '31d' })]);
+  if (stale()) return;
+  // Without a choice, the most called tool (calls summed over the readable tenants).
+  const calls = {};
+  for (const r of usage.rows) calls[r.tool_id] = (calls[r.tool_id] || 0) + r.calls;
+  const busiest = [...tools].sort((a, b) => (calls[b.tool_id] || 0) - (calls[a.tool_id] || 0))[0];
+  const selected = tools.find((t) => t.tenant === tenant && t.tool_id === toolId) || busiest;
+  view.append(h('h1', {}, 'Tools'),
+    h('p', { class: 'counts' }, h('strong', { 'data-test': 'tool-count' }, String(tools.length)), ' tools in the catalog'));
+  if (!tools.length) {
+    view.append(empty('No tool has been declared or called yet.'));
+    return;
+  }
+  view.append(h('div', { class: 'card flush' }, table(['tool', 'tenant', 'title', 'version', 'lifecycle', 'kind', 'versions', 'surfaces'],
+    tools.map((t) => h('tr', { class: t === selected ? 'selected' : '', 'data-tool': t.tool_id, 'data-tenant': t.tenant },
+      h('td', {}, link(['tools', t.tenant, t.tool_id], t.tool_id, { class: 'mono', 'data-test': 'tool-link' })),
+      h('td', {}, t.tenant), h('td', {}, t.title || t.name || '—'), h('td', { class: 'mono' }, t.version || '—'),
+      h('td', {}, t.lifecycle ? h('span', { class: `badge lc-${t.lifecycle}` }, t.lifecycle) : '—'), h('td', {}, t.tool_kind || '—'),
+      h('td', { class: 'num' }, String(t.versions.length)), h('td', { class: 'num' }, String(t.surfaces.length)))),
+    { 'data-test': 'tools', class: 'compact' })));
+  const panel = await toolPanel(selected);
+  if (stale()) return;
+  view.append(panel);
+}

@@ -1,0 +1,279 @@
+// Evidence checked in the browser, with WebCrypto alone: for each ledger entry of an invocation,
+//
+//   entry bytes ─SHA-256(0x00‖bytes)─▶ leaf hash ══ the proof's and the projection's
+//       ─RFC 9162 audit path─▶ root ══ the proof's root ══ the root in the signed checkpoint
+//   checkpoint (C2SP signed note) ─Ed25519 (WebCrypto)─▶ signed by the pinned verifier key
+//
+// Each step is reported on its own; the first failing one is named (leaf hash mismatch, root
+// mismatch, bad signature, unknown key), never hidden behind a spinner.
+
+import { h, clear, link, section, table, short, stateBadge } from './dom.js';
+import { get } from './api.js';
+import { pinnedKey } from './settings.js';
+
+const utf8 = new TextEncoder();
+
+export function hex(bytes) {
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+function fromHex(text) {
+  if (!/^[0-9a-f]{64}$/.test(text)) throw new Error(`not a hex hash: ${text}`);
+  return Uint8Array.from(text.match(/../g), (x) => parseInt(x, 16));
+}
+
+/** Canonical standard base64 (re-encoding gives the same text), as the evidence format requires. */
+function fromBase64(text) {
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 !== 0) throw new Error('not base64');
+  const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+  if (btoa(String.fromCharCode(...bytes)) !== text) throw new Error('not canonical base64');
+  return bytes;
+}
+
+function concat(...parts) {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) { out.set(p, at); at += p.length; }
+  return out;
+}
+
+async function sha256(bytes) {
+  return new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
+}
+
+export const leafHash = (entry) => sha256(concat([0x00], entry));
+const nodeHash = (left, right) => sha256(concat([0x01], left, right));
+
+function same(a, b) {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+/** RFC 9162 §2.1.3.2: the root an audit path leads to from leaf `index` of a tree of `size`. */
+export async function rootFromInclusion(leaf, index, size, path) {
+  if (index >= size) throw new Error(`leaf index ${index} is outside a tree of ${size}`);
+  let fn = BigInt(index);
+  let sn = BigInt(size - 1);
+  let r = leaf;
+  for (const p of path) {
+    if (sn === 0n) throw new Error('the audit path is longer than the tree is deep');
+    if (fn % 2n === 1n || fn === sn) {
+      r = await nodeHash(p, r);
+      while (fn % 2n === 0n && fn !== 0n) { fn >>= 1n; sn >>= 1n; }
+    } else {
+      r = await nodeHash(r, p);
+    }
+    fn >>= 1n; sn >>= 1n;
+  }
+  if (sn !== 0n) throw new Error('the audit path is shorter than the tree is deep');
+  return r;
+}
+
+/** Verifier keys `<name>+<key id>+<base64(0x01 ‖ Ed25519 public key)>`, one per line. */
+export async function parseVerifierKey(text) {
+  const keys = [];
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (!line || line.startsWith('#')) continue;
+    // name+keyid+key: the name has no '+', the id is 8 hex digits, the base64 key may hold '+'.
+    const m = /^([^+]+)\+([^+]*)\+(.+)$/.exec(line);
+    if (!m) throw new Error('expected name+keyid+key');
+    const [, name, idHex, b64] = m;
+    if (!name || /[\s+]/.test(name)) throw new Error('bad key name');
+    if (!/^[0-9a-f]{8}$/.test(idHex)) throw new Error('the key id is not 8 lowercase hex digits');
+    const material = fromBase64(b64);
+    if (material.length !== 33 || material[0] !== 0x01) throw new Error('not an Ed25519 key (0x01 and 32 bytes)');
+    const expect = (await sha256(concat(utf8.encode(name), [0x0a], material))).slice(0, 4);
+    if (hex(expect) !== idHex) throw new Error('the key id does not match the key');
+    const publicKey = await crypto.subtle.importKey('raw', material.slice(1), { name: 'Ed25519' }, false, ['verify']);
+    keys.push({ name, idHex, publicKey });
+  }
+  if (!keys.length) throw new Error('no key in the text');
+  return keys;
+}
+
+/** A C2SP signed note holding a tlog checkpoint, checked against `keys`. */
+export async function openCheckpoint(note, keys) {
+  const split = note.lastIndexOf('\n\n');
+  if (split < 0) return { ok: false, step: 'signature', failure: 'bad signature', detail: 'the note has no signature block' };
+  const text = note.slice(0, split + 1);
+  const lines = text.slice(0, -1).split('\n');
+  const origin = lines[0];
+  const size = /^(0|[1-9][0-9]*)$/.test(lines[1] || '') ? Number(lines[1]) : NaN;
+  let root = null;
+  try { root = fromBase64(lines[2] || ''); } catch { root = null; }
+  const signers = [];
+  let verifiedBy = null;
+  for (const line of note.slice(split + 2).split('\n').filter(Boolean)) {
+    const m = /^\u2014 (\S+) (\S+)$/.exec(line);
+    if (!m) return { ok: false, origin, size, root, step: 'signature', failure: 'bad signature', detail: `malformed signature line: ${line}` };
+    let blob;
+    try { blob = fromBase64(m[2]); } catch { return { ok: false, origin, size, root, step: 'signature', failure: 'bad signature', detail: 'signature is not base64' }; }
+    const idHex = hex(blob.slice(0, 4));
+    signers.push(`${m[1]}+${idHex}`);
+    const key = keys.find((k) => k.name === m[1] && k.idHex === idHex);
+    if (!key) continue;
+    const signature = blob.slice(4);
+    const good = signature.length === 64 &&
+      await crypto.subtle.verify({ name: 'Ed25519' }, key.publicKey, signature, utf8.encode(text));
+    if (!good) return { ok: false, origin, size, root, signers, step: 'signature', failure: 'bad signature', detail: `the signature by ${key.name}+${key.idHex} does not verify over the checkpoint text` };
+    verifiedBy = `${key.name}+${key.idHex}`;
+  }
+  if (!verifiedBy) {
+    return { ok: false, origin, size, root, signers, step: 'signature', failure: 'unknown key',
+      detail: `signed by ${signers.join(', ') || 'nobody'}; pinned: ${keys.map((k) => `${k.name}+${k.idHex}`).join(', ')}` };
+  }
+  if (!root || root.length !== 32 || Number.isNaN(size)) {
+    return { ok: false, origin, size, root, signers, verifiedBy, step: 'checkpoint', failure: 'root mismatch', detail: 'the signed text is not a checkpoint (origin, size, base64 root)' };
+  }
+  return { ok: true, origin, size, root, signers, verifiedBy };
+}
+
+function step(name, ok, detail) {
+  return { name, ok, detail };
+}
+
+/** Verifies one entry's inclusion proof; `shown` is the projection's timeline row for it. */
+async function verifyEntry(shown, proof, keys, notes) {
+  const steps = [];
+  const fail = (failure, name, detail) => {
+    steps.push(step(name, false, detail));
+    return { seq: shown.seq, ok: false, failure, steps, proof };
+  };
+  const bytes = utf8.encode(proof.entry);
+  const leaf = await leafHash(bytes);
+  if (hex(leaf) !== proof.leaf_hash || hex(leaf) !== shown.leaf_hash) {
+    return fail('leaf hash mismatch', 'leaf hash',
+      `the entry hashes to ${hex(leaf)}; the proof says ${proof.leaf_hash}, the projection ${shown.leaf_hash}`);
+  }
+  steps.push(step('leaf hash', true, hex(leaf)));
+  let event = null;
+  try { event = JSON.parse(proof.entry).event; } catch { event = null; }
+  if (!event || (shown.event_id && event.id !== shown.event_id) || proof.ledger_seq !== shown.seq) {
+    return fail('entry mismatch', 'entry is the event shown',
+      `ledger seq ${proof.ledger_seq} holds event ${event ? event.id : '(unparsable)'}, the page shows ${shown.event_id} at seq ${shown.seq}`);
+  }
+  steps.push(step('entry is the event shown', true, `event ${event.id}`));
+  let root;
+  try {
+    root = await rootFromInclusion(leaf, shown.seq - 1, proof.tree_size, proof.proof.map(fromHex));
+  } catch (error) {
+    return fail('root mismatch', 'inclusion path', error.message);
+  }
+  if (hex(root) !== proof.root) {
+    return fail('root mismatch', 'inclusion path', `the path leads to ${hex(root)}, the proof claims ${proof.root}`);
+  }
+  steps.push(step('inclusion path', true, `root ${hex(root)} at size ${proof.tree_size}`));
+  if (!notes.has(proof.checkpoint)) notes.set(proof.checkpoint, await openCheckpoint(proof.checkpoint, keys));
+  const note = notes.get(proof.checkpoint);
+  if (!note.ok && note.step === 'signature') return fail(note.failure, 'checkpoint signature', note.detail);
+  if (!note.ok || note.size !== proof.tree_size || !same(note.root, root)) {
+    return fail('root mismatch', 'checkpoint root',
+      note.ok ? `the signed checkpoint is size ${note.size} root ${hex(note.root)}; the path gives size ${proof.tree_size} root ${hex(root)}` : note.detail);
+  }
+  steps.push(step('checkpoint root', true, `${note.origin} size ${note.size}`));
+  steps.push(step('checkpoint signature', true, `Ed25519 by ${note.verifiedBy}`));
+  return { seq: shown.seq, ok: true, steps, proof, checkpoint: note };
+}
+
+/**
+ * Verifies every timeline entry of a reconstruction. Returns {ok, failure, firstBad, entries, key}.
+ * `progress(done, total)` is told as proofs come in.
+ */
+export async function verifyInvocation(reconstruction, progress = () => {}) {
+  const text = pinnedKey();
+  if (!text) {
+    return { ok: false, failure: 'unknown key', detail: 'no verifier key is pinned (Settings)', entries: [] };
+  }
+  let keys;
+  try { keys = await parseVerifierKey(text); } catch (error) {
+    return { ok: false, failure: 'unknown key', detail: `the pinned key is not usable: ${error.message}`, entries: [] };
+  }
+  const notes = new Map();
+  const entries = [];
+  const timeline = reconstruction.timeline;
+  for (const shown of timeline) {
+    let proof;
+    try {
+      proof = await get('/v1/proofs/inclusion', { seq: shown.seq });
+    } catch (error) {
+      const failure = error.code === 'no_checkpoint' ? 'not yet signed' : 'proof unavailable';
+      entries.push({ seq: shown.seq, ok: false, failure, steps: [step('proof from the server', false, `${error.status} ${error.code}: ${error.message}`)] });
+      progress(entries.length, timeline.length);
+      continue;
+    }
+    entries.push(await verifyEntry(shown, proof, keys, notes));
+    progress(entries.length, timeline.length);
+  }
+  const firstBad = entries.find((e) => !e.ok) || null;
+  const good = entries.find((e) => e.ok);
+  return {
+    ok: entries.length > 0 && !firstBad,
+    failure: firstBad ? firstBad.failure : (entries.length ? null : 'nothing to verify'),
+    detail: firstBad ? firstBad.steps[firstBad.steps.length - 1].detail : null,
+    firstBad,
+    entries,
+    keys: keys.map((k) => `${k.name}+${k.idHex}`),
+    checkpoint: good ? good.checkpoint : null,
+  };
+}
+
+/** The badge the invocation page shows: green verified, or red naming the failed step. */
+export function badge(result) {
+  if (!result) return h('span', { class: 'badge vf-pending', 'data-test': 'verified-badge', 'data-verified': 'pending' }, 'verifying…');
+  if (result.ok) {
+    return h('span', { class: 'badge vf-ok', 'data-test': 'verified-badge', 'data-verified': 'true',
+      title: `every entry proven in checkpoint size ${result.checkpoint.size}, signed by ${result.checkpoint.verifiedBy}` },
+    `✓ verified · ${result.entries.length} entries · key ${result.checkpoint.verifiedBy}`);
+  }
+  const where = result.firstBad ? ` at ledger seq ${result.firstBad.seq}` : '';
+  return h('span', { class: 'badge vf-bad', 'data-test': 'verified-badge', 'data-verified': 'false', 'data-failure': result.failure },
+    `✕ NOT verified: ${result.failure}${where}`);
+}
+
+export async function renderVerification(view, tenant, id, stale) {
+  const r = await get(`/v1/invocations/${encodeURIComponent(id)}`, { tenant, payloads: 'none' });
+  if (stale()) return;
+  const status = h('div', { class: 'verify-status', 'data-test': 'verify-status' }, badge(null));
+  const progress = h('p', { class: 'muted' }, `fetching ${r.timeline.length} inclusion proofs…`);
+  const body = h('div');
+  view.append(
+    h('p', { class: 'crumbs' }, link(['sessions'], 'Sessions'), ' / ',
+      r.session_id ? link(['session', r.tenant, r.session_id], r.session_id) : 'no session', ' / ',
+      link(['invocation', r.tenant, r.invocation_id], r.invocation_id), ' / verification'),
+    h('h1', {}, 'Verification ', h('span', { class: 'mono' }, r.invocation_id), ' ', stateBadge(r.state)),
+    h('p', { class: 'muted' }, 'Computed in this browser from the inclusion proofs and the signed checkpoint served by /v1; the server is not trusted for the verdict.'),
+    status, progress, body);
+  const result = await verifyInvocation(r, (done, total) => { progress.textContent = `checked ${done} of ${total} entries`; });
+  if (stale()) return;
+  clear(status).append(badge(result));
+  progress.textContent = result.ok ? 'Every step of every entry passed.' : '';
+  if (!result.ok) {
+    body.append(h('div', { class: 'error', 'data-test': 'verify-failure' },
+      h('strong', {}, `Failed step: ${result.failure}`),
+      result.firstBad ? ` (ledger seq ${result.firstBad.seq})` : '',
+      h('br'), result.detail || ''));
+  }
+  const cp = result.checkpoint;
+  body.append(section('Trust',
+    h('dl', { class: 'facts' },
+      h('dt', {}, 'pinned key'), h('dd', { class: 'mono', 'data-test': 'pinned-key' }, (result.keys || []).join(', ') || 'none'),
+      h('dt', {}, 'verified by'), h('dd', { class: 'mono' }, cp ? cp.verifiedBy : '—'),
+      h('dt', {}, 'checkpoint'), h('dd', { class: 'mono' }, cp ? `${cp.origin} · size ${cp.size} · root ${hex(cp.root)}` : '—'),
+      h('dt', {}, 'signers in the note'), h('dd', { class: 'mono' }, cp ? cp.signers.join(', ') : '—'))));
+  const names = ['leaf hash', 'entry is the event shown', 'inclusion path', 'checkpoint root', 'checkpoint signature'];
+  const rows = result.entries.map((e) => {
+    const cells = names.map((name) => {
+      const s = e.steps.find((x) => x.name === name);
+      if (!s) return h('td', { class: 'step-skip' }, '·');
+      return h('td', { class: s.ok ? 'step-ok' : 'step-bad', title: s.detail }, s.ok ? '✓' : '✕');
+    });
+    const last = e.steps[e.steps.length - 1];
+    return h('tr', { 'data-seq': e.seq, class: e.ok ? '' : 'row-bad' },
+      h('td', { class: 'mono' }, String(e.seq)), ...cells,
+      h('td', { class: e.ok ? 'muted mono' : 'bad' }, e.ok ? short(e.proof.leaf_hash, 16) : `${e.failure}: ${last ? last.detail : ''}`));
+  });
+  const headers = ['leaf hash', 'event shown', 'inclusion path', 'checkpoint root', 'signature'];
+  body.append(section('Entries',
+    table(['seq', ...headers, 'detail'], rows, { class: 'steps', 'data-test': 'verify-steps' })));
+  return result;
+}

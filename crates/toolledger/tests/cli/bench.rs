@@ -1,0 +1,197 @@
+//! `toolledger bench --smoke`: every suite runs end to end at tiny sizes and writes a report whose
+//! figures each have one finite value per run and whose targets are all stated. The figures
+//! themselves mean nothing at these sizes and are not checked.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use toolledger_testkit::{ChildProcess, nats_server_bin};
+
+use crate::toolledger;
+
+const RUNS: usize = 3;
+
+/// Runs `toolledger bench --smoke --only SUITES --runs 3` into a temporary directory and returns
+/// report.json.
+fn smoke(suites: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let bin = nats_server_bin();
+    let runs = RUNS.to_string();
+    let mut bench = ChildProcess::spawn(
+        toolledger(),
+        [
+            "bench",
+            "--smoke",
+            "--only",
+            suites,
+            "--runs",
+            &runs,
+            "--out",
+            out.to_str().unwrap(),
+            "--work-dir",
+            work.to_str().unwrap(),
+        ],
+        &[
+            ("TOOLLEDGER_DATA_DIR", dir.path().join("data").to_str().unwrap()),
+            ("TOOLLEDGER_NATS__SERVER_BIN", bin.to_str().unwrap()),
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
+        ],
+    );
+    let status = bench
+        .wait_timeout(Duration::from_secs(600))
+        .expect("bench --smoke finishes");
+    assert!(
+        status.success(),
+        "bench failed\nstdout:\n{}\nstderr:\n{}",
+        bench.stdout(),
+        bench.stderr()
+    );
+    assert!(out.join("report.md").exists());
+    serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap()
+}
+
+fn section<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} section in {report:#}"))
+}
+
+fn assert_figures_complete(section: &Value) {
+    let figures = section["figures"].as_array().unwrap();
+    assert!(!figures.is_empty(), "{} has no figures", section["id"]);
+    for figure in figures {
+        let runs = figure["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), RUNS, "{}", figure["id"]);
+        assert!(
+            runs.iter().all(|v| v.as_f64().is_some_and(f64::is_finite)),
+            "{} has a value that is not a finite number: {runs:?}",
+            figure["id"]
+        );
+    }
+}
+
+#[test]
+fn smoke_run_of_the_pipeline_suites_reports_every_figure_and_target() {
+    let report = smoke("ingest,latency,soak");
+    for id in ["ingest", "latency", "soak"] {
+        let section = section(&report, id);
+        assert_figures_complete(section);
+        assert!(!section["method"].as_str().unwrap().is_empty());
+    }
+    let ingest = section(&report, "ingest");
+    for figure in ["publish.rate", "relay.rate", "ingest.rate"] {
+        assert!(
+            ingest["figures"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["id"] == figure),
+            "no {figure}"
+        );
+    }
+    assert!(
+        section(&report, "latency")["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "e2e.max_rate")
+    );
+    let targets: Vec<String> = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["targets"].as_array().unwrap())
+        .map(|t| t["target"].as_str().unwrap().to_owned())
+        .collect();
+    for wanted in [
+        "ingest ≥ 0.7 × relay",
+        "end-to-end p99 ≤ 50 ms at 5k events/s",
+        "RSS growth under 10 % over the last 5 of 10 minutes",
+    ] {
+        assert!(
+            targets.iter().any(|t| t.starts_with(wanted)),
+            "target {wanted:?} missing from {targets:?}"
+        );
+    }
+}
+
+#[test]
+fn smoke_run_of_the_offline_and_bulk_suites_reports_every_figure_and_target() {
+    let report = smoke("rebuild,export,verify,bulk");
+    for id in ["rebuild", "export", "verify"] {
+        let section = section(&report, id);
+        assert_figures_complete(section);
+        assert_eq!(section["comparisons"].as_array().unwrap().len(), 1, "{id}");
+    }
+    let targets: Vec<&str> = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["targets"].as_array().unwrap())
+        .map(|t| t["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            "rebuild ≥ 0.5 × raw insert",
+            "export ≥ 0.7 × raw write",
+            "verify ≥ 0.7 × raw hashing"
+        ]
+    );
+    // The bulk ledger is built once: its size figures have one value, the proofs one per run.
+    let bulk = section(&report, "bulk");
+    let figure = |id: &str| {
+        bulk["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no {id}"))
+            .clone()
+    };
+    for id in ["bulk.inclusion_p50", "bulk.consistency_p99", "bulk.raw_sha256"] {
+        assert_eq!(figure(id)["runs"].as_array().unwrap().len(), RUNS, "{id}");
+    }
+    // 20,000 entries: a path of at most ceil(log2(20000)) = 15 hashes.
+    let path = figure("bulk.inclusion_bytes")["median"].as_f64().unwrap();
+    assert!(path > 0.0 && path <= 15.0 * 32.0, "{path}");
+    let per_entry = figure("bulk.ledger_bytes_per_entry")["median"].as_f64().unwrap();
+    assert!(per_entry > 500.0, "{per_entry}");
+}
+
+#[test]
+fn bulk_refuses_when_the_disk_cannot_hold_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = nats_server_bin();
+    let mut bench = ChildProcess::spawn(
+        toolledger(),
+        [
+            "bench",
+            "--only",
+            "bulk",
+            "--bulk-entries",
+            "100000000000",
+            "--out",
+            dir.path().join("report").to_str().unwrap(),
+            "--work-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        &[
+            ("TOOLLEDGER_DATA_DIR", dir.path().join("data").to_str().unwrap()),
+            ("TOOLLEDGER_NATS__SERVER_BIN", bin.to_str().unwrap()),
+        ],
+    );
+    let status = bench.wait_timeout(Duration::from_secs(300)).expect("bench exits");
+    assert!(!status.success());
+    let stderr = bench.stderr();
+    assert!(
+        stderr.contains("needs about") && stderr.contains("GiB free"),
+        "{stderr}"
+    );
+}
