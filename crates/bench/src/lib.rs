@@ -67,6 +67,8 @@ pub struct Scale {
     pub bulk_entries: u64,
     /// Seconds of the soak run.
     pub soak_secs: u64,
+    /// Soak runs, when not `Options::runs` (a 10-minute soak three times is half an hour).
+    pub soak_runs: Option<usize>,
     /// Offered load of the soak run, events/s.
     pub soak_rate: u64,
 }
@@ -81,6 +83,7 @@ impl Scale {
             burst_events: 30_000,
             bulk_entries: 10_000_000,
             soak_secs: 600,
+            soak_runs: None,
             soak_rate: 1_000,
         }
     }
@@ -94,6 +97,7 @@ impl Scale {
             burst_events: 500,
             bulk_entries: 20_000,
             soak_secs: 6,
+            soak_runs: None,
             soak_rate: 200,
         }
     }

@@ -715,7 +715,8 @@ pub async fn soak(options: &Options) -> anyhow::Result<Section> {
     let (mut ledger_state, mut ledger_files, mut sqlite, mut achieved) = (vec![], vec![], vec![], vec![]);
     let (mut queries_ok, mut queries_failed) = (0u64, 0u64);
     let mut mean_bytes = 0.0;
-    for run in 0..options.runs {
+    let runs = scale.soak_runs.unwrap_or(options.runs);
+    for run in 0..runs {
         let pipeline = Pipeline::start(options, true).await?;
         let pids = [
             pipeline.ingest.pid(),
@@ -767,7 +768,7 @@ pub async fn soak(options: &Options) -> anyhow::Result<Section> {
             eprintln!(
                 "bench: soak run {}/{}: {:.0}/{} s, segment {k}/{segments}",
                 run + 1,
-                options.runs,
+                runs,
                 started.elapsed().as_secs_f64(),
                 scale.soak_secs
             );
@@ -816,7 +817,7 @@ pub async fn soak(options: &Options) -> anyhow::Result<Section> {
         "soak",
         "Memory over a steady run; bytes per event",
         format!(
-            "Per run: a fresh nats-server, `toolledger init`, then `toolledger ingest`, `toolledger \
+            "{runs} run(s). Per run: a fresh nats-server, `toolledger init`, then `toolledger ingest`, `toolledger \
              project` and `toolledger serve --insecure-local` as separate processes (default \
              settings). The bench offers {rate} events/s of fresh generated events (mean {mean_bytes:.0} \
              bytes of JSON; generated in 10-second segments one ahead, on a bench thread) for {secs} s, \
@@ -831,6 +832,7 @@ pub async fn soak(options: &Options) -> anyhow::Result<Section> {
              projection generation's files (database, WAL, shared memory) / rows of `events`.",
             rate = scale.soak_rate,
             secs = scale.soak_secs,
+            runs = runs,
             every = sample_every.as_secs_f64(),
         ),
     );

@@ -38,6 +38,9 @@ pub struct Args {
     /// Seconds of each soak run.
     #[arg(long, value_name = "SECS")]
     soak_secs: Option<u64>,
+    /// Soak runs (default: --runs).
+    #[arg(long, value_name = "N")]
+    soak_runs: Option<usize>,
     /// Seconds each offered load of the latency suite is held.
     #[arg(long, value_name = "SECS")]
     load_secs: Option<u64>,
@@ -62,6 +65,10 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     }
     if let Some(n) = args.soak_secs {
         scale.soak_secs = n;
+    }
+    if let Some(n) = args.soak_runs {
+        anyhow::ensure!(n >= 1, "--soak-runs must be at least 1");
+        scale.soak_runs = Some(n);
     }
     if let Some(n) = args.load_secs {
         scale.load_secs = n;
