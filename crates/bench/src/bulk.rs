@@ -291,6 +291,13 @@ pub async fn bulk(options: &Options) -> anyhow::Result<Section> {
         tile_bytes as f64 / 1e9,
         checkpoint_sizes.len()
     ));
+    section.notes.push(format!(
+        "Proof latency grows with the ledger: each `prove` (and each `/v1/proofs/…` request) reads the whole \
+         checkpoint stream and checks every signature ({} notes here), so that no untrusted or out-of-order \
+         note is ever served; the Merkle path itself is a few tile reads. Keeping the trusted checkpoints in \
+         memory and checking only notes newer than the last one read would make it independent of size.",
+        checkpoint_sizes.len()
+    ));
     drop(js);
     drop(loader);
     Ok(section)
