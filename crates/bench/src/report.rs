@@ -366,14 +366,10 @@ pub fn summarize(values: &[f64]) -> (f64, f64, f64) {
     (median, sorted[0], sorted[n - 1])
 }
 
-/// Percentile (nearest rank) of unsorted samples; `q` in 0..=1.
+/// Percentile (nearest rank, as the query API's stats compute it) of unsorted samples; `q` in 0..=1.
 pub fn percentile(samples: &mut [f64], q: f64) -> f64 {
-    if samples.is_empty() {
-        return f64::NAN;
-    }
     samples.sort_by(f64::total_cmp);
-    let rank = ((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len());
-    samples[rank - 1]
+    toolledger_query::stats::percentile(samples, q * 100.0).unwrap_or(f64::NAN)
 }
 
 /// A number with sensible precision for a table.
