@@ -190,16 +190,28 @@ fn kill9_during_catch_up_then_rebuild_equals_the_incremental_projection() {
         .expect("metrics address on stdout")
         .parse()
         .unwrap();
-    let metrics = toolledger_testkit::http_get(addr, "/metrics").unwrap();
-    assert_eq!(metrics.status, 200);
-    let lines = metrics.body.lines().map(|l| Ok(l.to_owned()));
-    let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
-    let gauge = scrape
-        .samples
-        .iter()
-        .find(|s| s.metric == "toolledger_projector_position")
-        .expect("position gauge");
-    assert_eq!(gauge.value, prometheus_parse::Value::Gauge(last as f64));
+    // The writer sets the gauge just after its commit, so a scrape taken the instant the
+    // database shows `last` may still hold the batch before: poll until it catches up.
+    let scrape_position = || {
+        let metrics = toolledger_testkit::http_get(addr, "/metrics").unwrap();
+        assert_eq!(metrics.status, 200);
+        let lines = metrics.body.lines().map(|l| Ok(l.to_owned()));
+        let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
+        scrape
+            .samples
+            .into_iter()
+            .find(|s| s.metric == "toolledger_projector_position")
+            .expect("position gauge")
+            .value
+    };
+    let want = prometheus_parse::Value::Gauge(last as f64);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut gauge = scrape_position();
+    while gauge != want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        gauge = scrape_position();
+    }
+    assert_eq!(gauge, want);
     // SIGTERM is handled once the service runs (its log line says so); before that it would be
     // the default action.
     assert!(child.wait_for_output("projecting the ledger", Duration::from_secs(30)));
