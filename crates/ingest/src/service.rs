@@ -3,7 +3,8 @@
 //! ```text
 //! acquire lease ─▶ open appender at the ledger tail ─▶ catch the identity index up to the tail
 //!   ─▶ loop: fetch ≤ batch from ATL_INBOUND
-//!            ├─ classify (blocking thread): decode ▸ validate ▸ digest ▸ dedupe
+//!            ├─ classify (blocking thread): decode ▸ validate ▸ scrub ▸ digest ▸ dedupe
+//!            │  (decode/validate and digest/canonicalize spread over the cores; scrub and dedupe in order)
 //!            ├─ rejects: original ─▶ ATL_QUARANTINE, receipt ─▶ batch
 //!            ├─ append the batch (entries and receipts, in inbound order), grow the Merkle tree;
 //!            │  sign a checkpoint every N entries or T seconds
@@ -555,7 +556,7 @@ impl Session {
             let index = Arc::clone(index);
             let originals = originals.clone();
             let stages = Arc::clone(&self.stages);
-            tokio::task::spawn_blocking(move || classify_batch(&originals, &index, &stages.scrubber))
+            tokio::task::spawn_blocking(move || classify_batch(&originals, &index, &stages))
                 .await
                 .map_err(|e| Error::IdentityIndex {
                     reason: e.to_string(),
@@ -570,9 +571,16 @@ impl Session {
         let mut uploads = Vec::new();
         for (original, verdict) in originals.iter().zip(verdicts) {
             let verdict = match verdict {
-                Verdict::Append(prepared) => {
+                Verdict::Append(mut prepared) => {
                     let (key, digest) = (prepared.key, prepared.digest);
-                    match offload(&self.js, &self.stages, *prepared).await? {
+                    let offloaded = match prepared.ready.take() {
+                        Some(entry) => Offloaded::Entry {
+                            entry,
+                            uploads: Vec::new(),
+                        },
+                        None => offload(&self.js, &self.stages, *prepared).await?,
+                    };
+                    match offloaded {
                         Offloaded::Entry { entry, uploads: used } => {
                             pending.push(entry);
                             identities.push((key, digest));
@@ -674,27 +682,34 @@ enum Verdict {
     Reject(Rejection),
 }
 
-/// Decodes, validates and deduplicates a batch; runs on a blocking thread.
+/// Decodes, validates, scrubs, digests and deduplicates a batch; runs on a blocking thread.
+///
+/// The per-event work that does not depend on other events (decoding and validation; the digest and
+/// the canonical entry) is spread over the machine's cores; scrubbing runs in inbound order, because a
+/// `tool.declared` earlier in the batch changes what is sensitive in the events after it, and so does
+/// deduplication, because a batch can hold the same identity twice.
 fn classify_batch(
     originals: &[Original],
     index: &Mutex<IdentityIndex>,
-    scrubber: &Mutex<Scrubber>,
+    stages: &Stages,
 ) -> Result<Vec<Verdict>> {
+    let mut checked = parallel_map(originals.iter().collect(), check);
+    {
+        let mut scrubber = stages.scrubber.lock().unwrap_or_else(PoisonError::into_inner);
+        for checked in checked.iter_mut().flatten() {
+            // Secrets never reach the ledger: scrubbed before the digest, so duplicates compare scrubbed.
+            checked.scrubbed = scrubber.scrub(&mut checked.json);
+        }
+    }
+    let prepared = parallel_map(checked, |checked| {
+        checked.and_then(|checked| finish(checked, &stages.offloader))
+    });
+
     let index = lock(index);
-    let mut scrubber = scrubber.lock().unwrap_or_else(PoisonError::into_inner);
     let mut in_batch: HashMap<IdentityKey, [u8; 32]> = HashMap::new();
     let mut verdicts = Vec::with_capacity(originals.len());
-    for original in originals {
-        if original.raw_headers.is_some() {
-            verdicts.push(Verdict::Reject(Rejection {
-                reason: QuarantineReason::PoisonMessage,
-                detail: "headers the NATS client cannot parse (invalid UTF-8, or a bare CR or LF)".to_owned(),
-                tenant: tenant_of_subject(&original.subject),
-                event_id: None,
-            }));
-            continue;
-        }
-        let verdict = match prepare(original, &mut scrubber) {
+    for prepared in prepared {
+        let verdict = match prepared {
             Err(rejection) => Verdict::Reject(rejection),
             Ok(prepared) => {
                 let known = match in_batch.get(&prepared.key) {
@@ -723,6 +738,54 @@ fn classify_batch(
     Ok(verdicts)
 }
 
+/// `f` over `items` on up to one thread per core, in order. Small inputs stay on this thread.
+fn parallel_map<T: Send, U: Send>(mut items: Vec<T>, f: impl Fn(T) -> U + Sync) -> Vec<U> {
+    /// Below this many items per thread, starting a thread costs more than it saves.
+    const MIN_PER_THREAD: usize = 16;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(items.len() / MIN_PER_THREAD)
+        .max(1);
+    if threads == 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let per_thread = items.len().div_ceil(threads);
+    let mut chunks = Vec::with_capacity(threads);
+    while items.len() > per_thread {
+        chunks.push(items.split_off(items.len() - per_thread));
+    }
+    chunks.push(items);
+    chunks.reverse();
+    let f = &f;
+    std::thread::scope(|scope| {
+        let mut rest = chunks.into_iter();
+        let first = rest.next().unwrap_or_default();
+        let handles: Vec<_> = rest
+            .map(|chunk| scope.spawn(move || chunk.into_iter().map(f).collect::<Vec<U>>()))
+            .collect();
+        let mut out: Vec<U> = first.into_iter().map(f).collect();
+        for handle in handles {
+            match handle.join() {
+                Ok(part) => out.extend(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        out
+    })
+}
+
+/// A decoded event that passed validation, not yet scrubbed.
+struct Checked {
+    entry: LedgerEntry,
+    json: serde_json::Value,
+    scrubbed: Vec<String>,
+    class: toolledger_schemas::EventClass,
+    tenant: Tenant,
+    source: String,
+    event_id: String,
+    subject: String,
+}
+
 /// A decoded, validated, scrubbed event with its identity; payloads not yet offloaded.
 struct Prepared {
     entry: LedgerEntry,
@@ -733,6 +796,8 @@ struct Prepared {
     digest: [u8; 32],
     tenant: Tenant,
     event_id: String,
+    /// The ledger entry, when nothing in the event can move to the blob store.
+    ready: Option<PendingEntry>,
 }
 
 fn tenant_of_subject(subject: &str) -> Tenant {
@@ -740,24 +805,35 @@ fn tenant_of_subject(subject: &str) -> Tenant {
         .map_or_else(|_| Tenant::unroutable(), |s| s.tenant)
 }
 
-/// decode ▸ validate ▸ scrub ▸ digest, or the rejection that says why not.
-fn prepare(original: &Original, scrubber: &mut Scrubber) -> std::result::Result<Prepared, Rejection> {
-    let reject = |error: toolledger_wire::Error, event_id: Option<String>| Rejection {
+fn reject(subject: &str, error: &toolledger_wire::Error, event_id: Option<String>) -> Rejection {
+    Rejection {
         reason: error.quarantine_reason().unwrap_or(QuarantineReason::BadEnvelope),
         detail: error.to_string(),
-        tenant: tenant_of_subject(&original.subject),
+        tenant: tenant_of_subject(subject),
         event_id,
-    };
+    }
+}
+
+/// decode ▸ validate, or the rejection that says why not.
+fn check(original: &Original) -> std::result::Result<Checked, Rejection> {
+    if original.raw_headers.is_some() {
+        return Err(Rejection {
+            reason: QuarantineReason::PoisonMessage,
+            detail: "headers the NATS client cannot parse (invalid UTF-8, or a bare CR or LF)".to_owned(),
+            tenant: tenant_of_subject(&original.subject),
+            event_id: None,
+        });
+    }
     let decoded = toolledger_wire::decode(&original.subject, original.headers.as_ref(), &original.payload)
-        .map_err(|e| reject(e, None))?;
+        .map_err(|e| reject(&original.subject, &e, None))?;
     let event_id = toolledger_wire::cloudevents::AttributesReader::id(&decoded.event).to_owned();
     let source = toolledger_wire::cloudevents::AttributesReader::source(&decoded.event).to_string();
     let tenant = decoded.tenant.clone();
     let class = decoded.class;
-    let mut entry = LedgerEntry::new(decoded, Utc::now());
-    let mut json = entry
+    let entry = LedgerEntry::new(decoded, Utc::now());
+    let json = entry
         .event_json()
-        .map_err(|e| reject(e, Some(event_id.clone())))?;
+        .map_err(|e| reject(&original.subject, &e, Some(event_id.clone())))?;
     if let Err(error) = toolledger_schemas::validate_event(&json) {
         return Err(Rejection {
             reason: match error {
@@ -769,25 +845,60 @@ fn prepare(original: &Original, scrubber: &mut Scrubber) -> std::result::Result<
             event_id: Some(event_id),
         });
     }
-    // Secrets never reach the ledger: scrubbed before the digest, so duplicates compare scrubbed.
-    let scrubbed = scrubber.scrub(&mut json);
+    Ok(Checked {
+        entry,
+        json,
+        scrubbed: Vec::new(),
+        class,
+        tenant,
+        source,
+        event_id,
+        subject: original.subject.clone(),
+    })
+}
+
+/// The scrubbed event's digest and identity, and its ledger entry when nothing in it can move to
+/// the blob store (otherwise [`offload`] makes the entry).
+fn finish(checked: Checked, offloader: &Offloader) -> std::result::Result<Prepared, Rejection> {
+    let Checked {
+        mut entry,
+        json,
+        scrubbed,
+        class,
+        tenant,
+        source,
+        event_id,
+        subject,
+    } = checked;
     if !scrubbed.is_empty() {
         entry.event = toolledger_wire::decode::structured_event(json.clone())
-            .map_err(|e| reject(e, Some(event_id.clone())))?;
+            .map_err(|e| reject(&subject, &e, Some(event_id.clone())))?;
         entry.ledger.scrubbed_paths = scrubbed;
     }
-    let digest = entry
-        .content_digest()
-        .map_err(|e| reject(e, Some(event_id.clone())))?;
-    entry.ledger.content_digest = Some(format!("sha256:{}", hex(&digest)));
+    let stays_inline = !offloader.may_move(&json)
+        && UploadCollector::find_uploads(&json).is_ok_and(|uploads| uploads.is_empty());
+    let (digest, ready) = if stays_inline {
+        let (digest, bytes) = entry
+            .seal()
+            .map_err(|e| reject(&subject, &e, Some(event_id.clone())))?;
+        let subject = toolledger_wire::subject::ledger_subject(&tenant, class);
+        (digest, Some(PendingEntry::new(subject, bytes.into())))
+    } else {
+        let digest = entry
+            .content_digest()
+            .map_err(|e| reject(&subject, &e, Some(event_id.clone())))?;
+        entry.ledger.content_digest = Some(format!("sha256:{}", hex(&digest)));
+        (digest, None)
+    };
     Ok(Prepared {
+        key: IdentityKey::new(tenant.as_str(), &source, &event_id),
         entry,
         json,
         class,
-        key: IdentityKey::new(tenant.as_str(), &source, &event_id),
         digest,
         tenant,
         event_id,
+        ready,
     })
 }
 

@@ -158,6 +158,27 @@ impl LedgerEntry {
         Ok(sha2::Sha256::digest(&bytes).into())
     }
 
+    /// Sets `ledger.content_digest` and returns the digest with [`Self::canonical_bytes`],
+    /// canonicalizing the event once: RFC 8785 sorts `event` before `ledger`, so the entry's bytes are
+    /// `{"event":` + the event's canonical bytes (what the digest hashes) + `,"ledger":` + the
+    /// metadata's + `}`.
+    pub fn seal(&mut self) -> Result<([u8; 32], Vec<u8>)> {
+        let event = jcs::to_vec(&self.event_json()?)?;
+        let digest: [u8; 32] = sha2::Sha256::digest(&event).into();
+        self.ledger.content_digest = Some(format!("sha256:{}", hex(&digest)));
+        let ledger = serde_json::to_value(&self.ledger).map_err(|e| Error::Encode {
+            reason: format!("ledger: {e}"),
+        })?;
+        let ledger = jcs::to_vec(&ledger)?;
+        let mut bytes = Vec::with_capacity(event.len() + ledger.len() + 20);
+        bytes.extend_from_slice(br#"{"event":"#);
+        bytes.extend_from_slice(&event);
+        bytes.extend_from_slice(br#","ledger":"#);
+        bytes.extend_from_slice(&ledger);
+        bytes.push(b'}');
+        Ok((digest, bytes))
+    }
+
     /// Reads an entry back from a ledger message payload.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let Value::Object(mut entry) = ijson::parse_canonical(bytes)? else {

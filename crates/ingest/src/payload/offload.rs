@@ -96,6 +96,20 @@ impl Offloader {
         Ok(refs)
     }
 
+    /// Whether [`Self::offload`] could move anything out of `event`. False means it would return no
+    /// refs and leave the event as it is, so ingest can canonicalize the entry without it.
+    pub fn may_move(&self, event: &Value) -> bool {
+        let erasable = self.erasable.iter().any(|pattern| {
+            let mut found = Vec::new();
+            expand(event, pattern, &mut Vec::new(), &mut found);
+            !found.is_empty()
+        });
+        erasable
+            || event.get("data").is_some_and(|data| {
+                !is_marker(data) && !is_payload_marker(data) && json_size(data) > self.threshold
+            })
+    }
+
     /// The size rule, depth first. Boxed because async recursion needs it.
     fn by_size<'a>(
         &'a self,

@@ -138,6 +138,24 @@ proptest! {
     }
 
     #[test]
+    fn sealing_equals_digesting_then_canonicalizing(event in event(false), scrubbed in any::<bool>()) {
+        let (headers, payload) = binding::encode(&event, Mode::Structured).expect("encodes");
+        let decoded = decode(&subject_of(&event), Some(&headers), &payload).expect("decodes");
+        let at = DateTime::<Utc>::from_timestamp(1_700_000_000, 123_000_000).expect("time");
+        let mut sealed = toolledger_wire::LedgerEntry::new(decoded, at);
+        if scrubbed {
+            sealed.ledger.scrubbed_paths = vec!["/data/token".to_owned()];
+        }
+        let mut separately = sealed.clone();
+        let digest = separately.content_digest().expect("digests");
+        separately.ledger.content_digest = Some(format!("sha256:{}", toolledger_wire::entry::hex(&digest)));
+        let (sealed_digest, bytes) = sealed.seal().expect("seals");
+        prop_assert_eq!(sealed_digest, digest);
+        prop_assert_eq!(&sealed, &separately);
+        prop_assert_eq!(bytes, separately.canonical_bytes().expect("canonicalizes"));
+    }
+
+    #[test]
     fn arbitrary_payloads_never_panic(
         payload in prop::collection::vec(any::<u8>(), 0..256),
         mode in 0u8..3,
