@@ -12,7 +12,9 @@
 //!         bulk     a 10M-entry ledger built quickly; size-dependent figures (bytes/entry, proofs)
 //!         soak     RSS of each service over a long run at a steady load
 //! ```
-//! The report is rewritten after each suite, so an interrupted run keeps what it measured.
+//! The report is rewritten after each suite, so an interrupted run keeps what it measured. A run of
+//! some suites (`--only`) into a directory that holds a report replaces those suites' sections and
+//! keeps the others, each marked with the run that measured it.
 
 pub mod machine;
 pub mod report;
@@ -115,6 +117,23 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         runs: options.runs,
         sections: Vec::new(),
     };
+    // A run of some suites updates the report in `--out` rather than dropping the others.
+    if SUITES
+        .iter()
+        .any(|suite| !options.suites.iter().any(|o| o == suite))
+        && let Ok(text) = std::fs::read(options.out.join("report.json"))
+    {
+        let earlier: Report = serde_json::from_slice(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", options.out.join("report.json").display()))?;
+        report.sections = Report::kept_sections(earlier, &options.suites);
+        if !report.sections.is_empty() {
+            eprintln!(
+                "bench: keeping {} section(s) of the report in {} that this run does not measure",
+                report.sections.len(),
+                options.out.display()
+            );
+        }
+    }
     for suite in SUITES.iter().filter(|s| options.suites.iter().any(|o| o == *s)) {
         eprintln!("bench: {suite} …");
         let suite_started = Instant::now();
@@ -131,6 +150,9 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         section.seconds = suite_started.elapsed().as_secs_f64();
         eprintln!("bench: {suite} done in {:.0} s", section.seconds);
         report.sections.push(section);
+        report
+            .sections
+            .sort_by_key(|section| SUITES.iter().position(|suite| *suite == section.id));
         report.seconds = started.elapsed().as_secs_f64();
         report.write(&options.out)?;
     }

@@ -5,12 +5,12 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::machine::Machine;
 
 /// Which direction of a figure is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Better {
     /// Rates: more is better.
@@ -20,7 +20,7 @@ pub enum Better {
 }
 
 /// One measured quantity, one value per run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Figure {
     /// Stable identifier, e.g. `ingest.rate`; comparisons and targets refer to figures by it.
     pub id: String,
@@ -66,7 +66,7 @@ impl Figure {
 
 /// A figure beside its baseline: per-run ratios `subject / baseline` (run i of each was measured
 /// in the same round, on the same server and data).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Comparison {
     /// Stable identifier, e.g. `ingest_vs_relay`.
     pub id: String,
@@ -107,7 +107,7 @@ impl Comparison {
 }
 
 /// One of the issue's targets, checked against the median of a figure or a comparison.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TargetCheck {
     /// The target as the issue states it, e.g. `ingest ≥ 0.7 × relay`.
     pub target: String,
@@ -128,7 +128,7 @@ pub struct TargetCheck {
 }
 
 /// Direction of a target's bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Bound {
     /// measured ≥ bound
@@ -166,7 +166,7 @@ impl TargetCheck {
 }
 
 /// The outcome of one suite (ingest, latency, rebuild, …).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Section {
     /// Suite name as given to `--only`.
     pub id: String,
@@ -184,6 +184,23 @@ pub struct Section {
     pub notes: Vec<String>,
     /// Wall time the suite took.
     pub seconds: f64,
+    /// Set when the section was kept from an earlier report because this run (`--only`) did not
+    /// measure its suite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_from: Option<Earlier>,
+}
+
+/// Where a section kept from an earlier report was measured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Earlier {
+    /// The command of that run.
+    pub command: String,
+    /// When that run started.
+    pub started_at: String,
+    /// The commit it measured.
+    pub commit: String,
+    /// The load average when it started.
+    pub load_average: String,
 }
 
 impl Section {
@@ -198,6 +215,7 @@ impl Section {
             targets: Vec::new(),
             notes: Vec::new(),
             seconds: 0.0,
+            kept_from: None,
         }
     }
 
@@ -216,7 +234,7 @@ impl Section {
 }
 
 /// The whole report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// The exact command line that produced it.
     pub command: String,
@@ -233,6 +251,26 @@ pub struct Report {
 }
 
 impl Report {
+    /// The sections of `earlier` (a report read back from `report.json`) whose suites are not in
+    /// `rerun`, each marked with the run that measured it.
+    pub fn kept_sections(earlier: Report, rerun: &[String]) -> Vec<Section> {
+        let from = Earlier {
+            command: earlier.command,
+            started_at: earlier.started_at,
+            commit: earlier.machine.commit,
+            load_average: earlier.machine.load_average,
+        };
+        earlier
+            .sections
+            .into_iter()
+            .filter(|section| !rerun.contains(&section.id))
+            .map(|mut section| {
+                section.kept_from.get_or_insert_with(|| from.clone());
+                section
+            })
+            .collect()
+    }
+
     /// Every target of every section.
     pub fn targets(&self) -> impl Iterator<Item = &TargetCheck> {
         self.sections.iter().flat_map(|s| s.targets.iter())
@@ -293,6 +331,14 @@ impl Report {
         );
         for section in &self.sections {
             let _ = writeln!(out, "\n## {}\n", section.title);
+            if let Some(earlier) = &section.kept_from {
+                let _ = writeln!(
+                    out,
+                    "_Kept from an earlier run, which this one (`--only`) did not repeat: `{}` on {}, \
+                     commit {}, load average {}._\n",
+                    earlier.command, earlier.started_at, earlier.commit, earlier.load_average
+                );
+            }
             let _ = writeln!(out, "{}\n", section.method.trim());
             if !section.figures.is_empty() {
                 let _ = writeln!(

@@ -15,8 +15,13 @@ const RUNS: usize = 3;
 /// report.json.
 fn smoke(suites: &str) -> Value {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("report");
-    let work = dir.path().join("work");
+    smoke_in(dir.path(), suites)
+}
+
+/// [`smoke`] in `dir`: its report goes to `dir/report`, where an earlier one may be.
+fn smoke_in(dir: &std::path::Path, suites: &str) -> Value {
+    let out = dir.join("report");
+    let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
     let bin = nats_server_bin();
     let runs = RUNS.to_string();
@@ -35,7 +40,7 @@ fn smoke(suites: &str) -> Value {
             work.to_str().unwrap(),
         ],
         &[
-            ("TOOLLEDGER_DATA_DIR", dir.path().join("data").to_str().unwrap()),
+            ("TOOLLEDGER_DATA_DIR", dir.join("data").to_str().unwrap()),
             ("TOOLLEDGER_NATS__SERVER_BIN", bin.to_str().unwrap()),
             ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
         ],
@@ -123,7 +128,8 @@ fn smoke_run_of_the_pipeline_suites_reports_every_figure_and_target() {
 
 #[test]
 fn smoke_run_of_the_offline_and_bulk_suites_reports_every_figure_and_target() {
-    let report = smoke("rebuild,export,verify,bulk");
+    let dir = tempfile::tempdir().unwrap();
+    let report = smoke_in(dir.path(), "rebuild,export,verify,bulk");
     for id in ["rebuild", "export", "verify"] {
         let section = section(&report, id);
         assert_figures_complete(section);
@@ -163,6 +169,26 @@ fn smoke_run_of_the_offline_and_bulk_suites_reports_every_figure_and_target() {
     assert!(path > 0.0 && path <= 15.0 * 32.0, "{path}");
     let per_entry = figure("bulk.ledger_bytes_per_entry")["median"].as_f64().unwrap();
     assert!(per_entry > 500.0, "{per_entry}");
+
+    // Rerunning one suite into the same directory replaces its section and keeps the others, each
+    // marked with the run that measured it, in suite order.
+    let rerun = smoke_in(dir.path(), "export");
+    let ids: Vec<&str> = rerun["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["rebuild", "export", "verify", "bulk"]);
+    assert!(section(&rerun, "export").get("kept_from").is_none());
+    assert_ne!(rerun["started_at"], report["started_at"]);
+    for id in ["rebuild", "verify", "bulk"] {
+        let kept = section(&rerun, id);
+        assert_eq!(kept["kept_from"]["started_at"], report["started_at"], "{id}");
+        assert_eq!(kept["figures"], section(&report, id)["figures"], "{id}");
+    }
+    let markdown = std::fs::read_to_string(dir.path().join("report/report.md")).unwrap();
+    assert_eq!(markdown.matches("_Kept from an earlier run").count(), 3);
 }
 
 #[test]
