@@ -558,11 +558,23 @@ pub async fn latency(options: &Options) -> anyhow::Result<Section> {
         let why = if behind || rate < 0.95 * load as f64 {
             format!(
                 "at {load} events/s the pipeline does not keep up (achieved offer {rate:.0} events/s, \
-                 maximum sustained rate {:.0} events/s): a backlog grows in ATL_INBOUND and every later \
-                 event waits behind it. Ingest is the bottleneck: its CPU per event and its one batch at \
-                 a time loop (see the ingest section) set the sustained rate, so what closes the ingest \
-                 target closes this one first.",
-                max.median
+                 maximum sustained rate {:.0} events/s): a backlog grows and every later event waits \
+                 behind it. {}",
+                max.median,
+                if to_ingest >= after {
+                    format!(
+                        "The wait is before ingest ({to_ingest:.0} ms of the p99, against {after:.0} ms \
+                         from ingest to queryable): ingest, sharing the machine's cores with the \
+                         projector and nats-server, sets the sustained rate (see the ingest section for \
+                         its CPU per event), so what closes the ingest target closes this one first."
+                    )
+                } else {
+                    format!(
+                        "The wait is after ingest ({after:.0} ms of the p99, against {to_ingest:.0} ms \
+                         before it): the projector's apply rate (see the rebuild section) sets the \
+                         sustained rate, so cheaper projection writes close this one first."
+                    )
+                }
             )
         } else if to_ingest >= after {
             format!(
