@@ -783,7 +783,6 @@ struct Checked {
     tenant: Tenant,
     source: String,
     event_id: String,
-    subject: String,
 }
 
 /// A decoded, validated, scrubbed event with its identity; payloads not yet offloaded.
@@ -805,11 +804,11 @@ fn tenant_of_subject(subject: &str) -> Tenant {
         .map_or_else(|_| Tenant::unroutable(), |s| s.tenant)
 }
 
-fn reject(subject: &str, error: &toolledger_wire::Error, event_id: Option<String>) -> Rejection {
+fn reject(tenant: &Tenant, error: &toolledger_wire::Error, event_id: Option<String>) -> Rejection {
     Rejection {
         reason: error.quarantine_reason().unwrap_or(QuarantineReason::BadEnvelope),
         detail: error.to_string(),
-        tenant: tenant_of_subject(subject),
+        tenant: tenant.clone(),
         event_id,
     }
 }
@@ -825,7 +824,7 @@ fn check(original: &Original) -> std::result::Result<Checked, Rejection> {
         });
     }
     let decoded = toolledger_wire::decode(&original.subject, original.headers.as_ref(), &original.payload)
-        .map_err(|e| reject(&original.subject, &e, None))?;
+        .map_err(|e| reject(&tenant_of_subject(&original.subject), &e, None))?;
     let event_id = toolledger_wire::cloudevents::AttributesReader::id(&decoded.event).to_owned();
     let source = toolledger_wire::cloudevents::AttributesReader::source(&decoded.event).to_string();
     let tenant = decoded.tenant.clone();
@@ -833,7 +832,7 @@ fn check(original: &Original) -> std::result::Result<Checked, Rejection> {
     let entry = LedgerEntry::new(decoded, Utc::now());
     let json = entry
         .event_json()
-        .map_err(|e| reject(&original.subject, &e, Some(event_id.clone())))?;
+        .map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
     if let Err(error) = toolledger_schemas::validate_event(&json) {
         return Err(Rejection {
             reason: match error {
@@ -853,7 +852,6 @@ fn check(original: &Original) -> std::result::Result<Checked, Rejection> {
         tenant,
         source,
         event_id,
-        subject: original.subject.clone(),
     })
 }
 
@@ -868,11 +866,10 @@ fn finish(checked: Checked, offloader: &Offloader) -> std::result::Result<Prepar
         tenant,
         source,
         event_id,
-        subject,
     } = checked;
     if !scrubbed.is_empty() {
         entry.event = toolledger_wire::decode::structured_event(json.clone())
-            .map_err(|e| reject(&subject, &e, Some(event_id.clone())))?;
+            .map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
         entry.ledger.scrubbed_paths = scrubbed;
     }
     let stays_inline = !offloader.may_move(&json)
@@ -880,13 +877,13 @@ fn finish(checked: Checked, offloader: &Offloader) -> std::result::Result<Prepar
     let (digest, ready) = if stays_inline {
         let (digest, bytes) = entry
             .seal()
-            .map_err(|e| reject(&subject, &e, Some(event_id.clone())))?;
+            .map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
         let subject = toolledger_wire::subject::ledger_subject(&tenant, class);
         (digest, Some(PendingEntry::new(subject, bytes.into())))
     } else {
         let digest = entry
             .content_digest()
-            .map_err(|e| reject(&subject, &e, Some(event_id.clone())))?;
+            .map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
         entry.ledger.content_digest = Some(format!("sha256:{}", hex(&digest)));
         (digest, None)
     };
@@ -1048,9 +1045,7 @@ fn ledger_own_entry(
             envelope_fields: None,
         },
     };
-    let digest = entry.content_digest().map_err(own)?;
-    entry.ledger.content_digest = Some(format!("sha256:{}", hex(&digest)));
-    let bytes = entry.canonical_bytes().map_err(own)?;
+    let (digest, bytes) = entry.seal().map_err(own)?;
     let tenant = Tenant::parse(&tenant_name).unwrap_or_else(|_| Tenant::unroutable());
     let subject = toolledger_wire::subject::ledger_subject(&tenant, class);
     Ok((
