@@ -4,6 +4,7 @@
 //! start ─▶ newest events manifest [a, b]? ─▶ newest _tracker/<s>.json, s < a; replay s+1..a-1 (no rows)
 //!                                         ─▶ redo [a, b]: same rows, same bytes, create-only puts
 //!       ─▶ newest checkpoints manifest? ─▶ redo it
+//!       ─▶ local archive: remove staging files (`<object>#<n>`) that kill -9 left beside objects
 //! follow ATL_LEDGER from b+1 (ordered consumer) ─▶ batches ─spawn_blocking─▶ Tracker::apply ─▶ segment
 //! segment full (rows_per_file entries) or its oldest row older than max_delay, or caught up / stop:
 //!   1 manifests of the four ledger tables for [first, last]       (the boundary is fixed here)
@@ -510,6 +511,10 @@ pub async fn run(
         )
         .await?;
         summary.checkpoint_position = newest.last_seq;
+    }
+    let removed = options.archive.remove_interrupted_puts().await?;
+    if removed > 0 {
+        tracing::info!(removed, "removed the staging files of interrupted puts");
     }
     report(&summary, summary.position);
 

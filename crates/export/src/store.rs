@@ -27,6 +27,8 @@ pub struct Archive {
     store: Arc<dyn ObjectStore>,
     prefix: StorePath,
     url: String,
+    /// The directory of a local archive.
+    local_dir: Option<std::path::PathBuf>,
 }
 
 impl Archive {
@@ -48,6 +50,7 @@ impl Archive {
         };
         let url = Url::parse(&url_text).map_err(|e| bad(e.to_string()))?;
         let (scheme, prefix) = ObjectStoreScheme::parse(&url).map_err(|e| bad(e.to_string()))?;
+        let mut local_dir = None;
         let (store, prefix): (Arc<dyn ObjectStore>, StorePath) = match scheme {
             ObjectStoreScheme::Memory => (Arc::new(object_store::memory::InMemory::new()), prefix),
             ObjectStoreScheme::Local => {
@@ -57,6 +60,7 @@ impl Archive {
                 std::fs::create_dir_all(&dir).map_err(|e| bad(e.to_string()))?;
                 let local = object_store::local::LocalFileSystem::new_with_prefix(&dir)
                     .map_err(|e| bad(e.to_string()))?;
+                local_dir = Some(dir);
                 (Arc::new(local), StorePath::default())
             }
             ObjectStoreScheme::AmazonS3 => {
@@ -76,7 +80,27 @@ impl Archive {
             store,
             prefix,
             url: url_text,
+            local_dir,
         })
+    }
+
+    /// Removes what interrupted puts left in a local archive, returning how many files.
+    ///
+    /// The local object store stages a put in `<name>#<digits>` beside `<name>` and then renames or
+    /// links it into place, so a kill -9 during a put leaves the staging file. The store's own
+    /// listing skips such names, but a Parquet reader pointed at a table's folder (pyarrow, DuckDB)
+    /// tries to read them and fails. Only staging files whose object exists are removed: call it
+    /// after recovery has rewritten the newest range, so every interrupted put's object exists; one
+    /// beside a missing object may be another writer's put in flight.
+    pub async fn remove_interrupted_puts(&self) -> Result<usize> {
+        let Some(dir) = self.local_dir.clone() else {
+            return Ok(0);
+        };
+        let walk_error = |e: &dyn std::fmt::Display| Self::store_error("", e);
+        tokio::task::spawn_blocking(move || remove_staging_files(&dir))
+            .await
+            .map_err(|e| walk_error(&e))?
+            .map_err(|e| walk_error(&e))
     }
 
     /// The URL the archive was opened with.
@@ -185,4 +209,30 @@ impl Archive {
         out.sort();
         Ok(out)
     }
+}
+
+/// [`Archive::remove_interrupted_puts`] under `dir`.
+fn remove_staging_files(dir: &std::path::Path) -> std::io::Result<usize> {
+    let mut removed = 0;
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let name = entry.file_name();
+            let Some((object, suffix)) = name.to_str().and_then(|name| name.rsplit_once('#')) else {
+                continue;
+            };
+            if !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()) && dir.join(object).is_file()
+            {
+                std::fs::remove_file(&path)?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
 }

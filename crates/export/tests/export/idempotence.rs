@@ -49,6 +49,26 @@ async fn same_ranges_give_identical_objects_and_a_conflict_is_an_error() {
         "the crashed range was not rewritten identically"
     );
 
+    // A kill -9 during a put leaves the local store's staging file (`<object>#<n>`, empty or
+    // partial) beside the object; the next run removes it once the object is there, so Parquet
+    // readers pointed at a table's folder do not trip on it. One beside no object is left alone.
+    let root = dir.path().join("a");
+    let staged = root.join(format!("{}#17", newest_files[0]));
+    std::fs::write(&staged, b"").unwrap();
+    let in_flight = root.join(format!(
+        "{}#18",
+        newest_files[0].replace(".parquet", "-other.parquet")
+    ));
+    std::fs::write(&in_flight, b"").unwrap();
+    export(&nats, options(&first, 150)).await.unwrap();
+    assert!(
+        !staged.exists(),
+        "the staging file of an interrupted put is still there"
+    );
+    assert!(in_flight.exists(), "a staging file beside no object was removed");
+    std::fs::remove_file(&in_flight).unwrap();
+    assert_eq!(objects(&first).await, a);
+
     // More entries: the archive grows; what was there stays byte for byte.
     ledger.append(late, 120).await;
     let grown = export(&nats, options(&first, 150)).await.unwrap();
