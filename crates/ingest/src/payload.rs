@@ -126,6 +126,39 @@ pub struct BlobStore {
     prefix: StorePath,
     url: String,
     retry: RetryPolicy,
+    /// Where blob ids and nonces come from: the OS's randomness, or a counter for golden tests.
+    randomness: Randomness,
+}
+
+/// The source of blob ids and nonces.
+#[derive(Debug, Clone, Default)]
+enum Randomness {
+    /// The operating system's random bytes: what every deployment uses.
+    #[default]
+    Os,
+    /// `SHA-256(label || counter)`: the same sequence of puts gives the same ids and nonces, so a
+    /// golden test can pin the bytes of entries with offloaded payloads.
+    Counter(Arc<std::sync::atomic::AtomicU64>),
+}
+
+impl Randomness {
+    fn fill(&self, label: &[u8], bytes: &mut [u8]) -> Result<()> {
+        match self {
+            Self::Os => fill_random(bytes),
+            Self::Counter(counter) => {
+                use sha2::Digest;
+                let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let mut block = sha2::Sha256::new();
+                block.update(label);
+                block.update(n.to_be_bytes());
+                let block = block.finalize();
+                for (byte, value) in bytes.iter_mut().zip(block.iter().cycle()) {
+                    *byte = *value;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 impl BlobStore {
@@ -164,6 +197,7 @@ impl BlobStore {
                     prefix: StorePath::default(),
                     url: config.url.clone(),
                     retry: config.retry.clone(),
+                    randomness: Randomness::Os,
                 });
             }
             ObjectStoreScheme::AmazonS3 => {
@@ -196,7 +230,16 @@ impl BlobStore {
             prefix,
             url: config.url.clone(),
             retry: config.retry.clone(),
+            randomness: Randomness::Os,
         })
+    }
+
+    /// This store with blob ids and nonces taken from a counter instead of the OS's randomness, so
+    /// the same puts give the same blobs: for golden tests only (a nonce must be secret).
+    #[doc(hidden)]
+    pub fn with_counter_randomness_for_tests(mut self) -> Self {
+        self.randomness = Randomness::Counter(Arc::default());
+        self
     }
 
     /// The URL the store was opened with.
@@ -225,9 +268,11 @@ impl BlobStore {
     /// Stores `content` as a new blob of `tenant` (fresh id and nonce), create-only, retrying
     /// transient errors.
     pub async fn put_new(&self, tenant: &Tenant, content: Bytes) -> Result<StoredBlob> {
-        let blob_id = random_hex(16)?;
+        let mut id = [0u8; 16];
+        self.randomness.fill(b"blob-id", &mut id)?;
+        let blob_id = toolledger_wire::entry::hex(&id);
         let mut nonce = [0u8; NONCE_LEN];
-        fill_random(&mut nonce)?;
+        self.randomness.fill(b"nonce", &mut nonce)?;
         let size = content.len() as u64;
         let mut blob = Vec::with_capacity(NONCE_LEN + content.len());
         blob.extend_from_slice(&nonce);
@@ -457,10 +502,4 @@ fn fill_random(bytes: &mut [u8]) -> Result<()> {
         blob_id: String::new(),
         reason: e.to_string(),
     })
-}
-
-fn random_hex(len: usize) -> Result<String> {
-    let mut bytes = vec![0u8; len];
-    fill_random(&mut bytes)?;
-    Ok(toolledger_wire::entry::hex(&bytes))
 }

@@ -899,6 +899,62 @@ fn finish(checked: Checked, offloader: &Offloader) -> std::result::Result<Prepar
     })
 }
 
+/// One inbound message through decode ▸ validate ▸ scrub ▸ digest ▸ offload ▸ canonicalize as a
+/// batch of one, without NATS or the identity index, ingested at `ingested_at`: the entry bytes and
+/// content digest ingest would append, or the rejection. For the golden byte-identity test of
+/// entries; producer uploads (which need NATS) are not copied.
+#[doc(hidden)]
+pub async fn entry_for_message(
+    original: &Original,
+    scrubber: &mut Scrubber,
+    offloader: &Offloader,
+    ingested_at: DateTime<Utc>,
+) -> Result<std::result::Result<(Vec<u8>, [u8; 32]), Rejection>> {
+    let mut checked = match check(original) {
+        Ok(checked) => checked,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
+    checked.entry.ledger.ingested_at = ingested_at;
+    checked.scrubbed = scrubber.scrub(&mut checked.json);
+    let prepared = match finish(checked, offloader) {
+        Ok(prepared) => prepared,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
+    let digest = prepared.digest;
+    if let Some(ready) = prepared.ready {
+        return Ok(Ok((ready.bytes.to_vec(), digest)));
+    }
+    let Prepared {
+        mut entry,
+        mut json,
+        tenant,
+        event_id,
+        ..
+    } = prepared;
+    let refs = offloader.offload(&tenant, &mut json).await?;
+    if !refs.is_empty() {
+        entry.event = toolledger_wire::decode::structured_event(json).map_err(|e| Error::LedgerOwnEvent {
+            reason: format!("offloaded event {event_id}: {e}"),
+        })?;
+        entry.ledger.payload_refs = refs;
+    }
+    let bytes = entry.canonical_bytes().map_err(|e| Error::LedgerOwnEvent {
+        reason: format!("canonicalizing {event_id}: {e}"),
+    })?;
+    Ok(Ok((bytes, digest)))
+}
+
+/// A ledger-own event (a quarantine receipt) as ingest appends it: its entry bytes and content
+/// digest. For the golden byte-identity test of entries.
+#[doc(hidden)]
+pub fn ledger_own_entry_bytes(
+    event: serde_json::Value,
+    ingested_at: DateTime<Utc>,
+) -> Result<(Vec<u8>, [u8; 32])> {
+    let (entry, _, digest) = ledger_own_entry(event, ingested_at)?;
+    Ok((entry.bytes.to_vec(), digest))
+}
+
 /// What the payload stage did to one event.
 enum Offloaded {
     Entry {

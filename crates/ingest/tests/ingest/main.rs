@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // a panic is how a test reports failure
 
 mod append;
+mod golden;
 mod payload;
 mod pipeline;
 mod scrub;
