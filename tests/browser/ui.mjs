@@ -1,6 +1,6 @@
 // Clicks through the web view in headless Chromium against a running server holding generated
 // sessions, checks what each page shows against the /v1 API, saves a screenshot of each page, and
-// shows that a tampered entry is reported as not verified. Run by crates/toolledger/tests/cli/web.rs.
+// shows that a tampered entry is reported as not verified. Run by tests/e2e/web.rs.
 //
 // Environment: TOOLLEDGER_UI_BASE (http://127.0.0.1:PORT), TOOLLEDGER_UI_ADMIN_TOKEN,
 // TOOLLEDGER_UI_TENANT_TOKEN (reads TOOLLEDGER_UI_TENANT only), TOOLLEDGER_UI_KEY (the verifier key),

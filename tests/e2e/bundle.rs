@@ -113,7 +113,7 @@ fn pick_invocation(data_dir: &Path) -> (String, String, String) {
 }
 
 fn python_verdicts(key_file: &Path, files: &[&Path]) -> Vec<String> {
-    let script = workspace_root().join("crates/verify/tests/py/verify_bundle.py");
+    let script = workspace_root().join("verify/tests/py/verify_bundle.py");
     let out = std::process::Command::new(python())
         .arg(script)
         .arg(key_file)

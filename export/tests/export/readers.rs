@@ -12,7 +12,7 @@ use toolledger_testkit::{NatsFixture, S3Fixture, python, workspace_root};
 use crate::common::{TestLedger, download, export, generated, objects, options};
 
 fn read_with_python(archive_dir: &Path, sqlite: &Path) -> Value {
-    let script = workspace_root().join("crates/export/tests/py/read_archive.py");
+    let script = workspace_root().join("export/tests/py/read_archive.py");
     let output = Command::new(python())
         .arg(&script)
         .arg(archive_dir)

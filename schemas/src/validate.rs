@@ -33,7 +33,7 @@ macro_rules! embedded {
     ($($path:literal),* $(,)?) => {
         /// Every schema file under `schemas/`, by path relative to [`SCHEMA_BASE`], with its text.
         pub const SCHEMA_FILES: &[(&str, &str)] = &[
-            $(($path, include_str!(concat!("../../../schemas/", $path))),)*
+            $(($path, include_str!(concat!("../", $path))),)*
         ];
     };
 }

@@ -6,7 +6,7 @@
 //! the page         ─▶ fetch /v1/... with the bearer token the user signed in with
 //! ```
 //!
-//! The page is plain ES modules, CSS and hand-written SVG from `crates/query/web/` (no bundler, so
+//! The page is plain ES modules, CSS and hand-written SVG from `query/web/` (no bundler, so
 //! the build is the Rust build). Every response carries a strict Content-Security-Policy: scripts,
 //! styles and connections from this origin only, no inline script, no framing.
 

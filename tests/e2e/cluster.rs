@@ -10,7 +10,7 @@
 //! - `systemd-analyze verify` on the shipped units in `deploy/systemd/`.
 //!
 //! Set `TOOLLEDGER_FAULT_SEED` to replay a fault run; the seed is printed either way. The soak variant
-//! (`cargo test -p toolledger --test cli cluster::soak -- --ignored`) runs the same test with more cycles.
+//! (`cargo test -p toolledger --test e2e cluster::soak -- --ignored`) runs the same test with more cycles.
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! `toolledger bench`: the end-to-end benchmark suite (crates/bench), writing a Markdown + JSON report.
+//! `toolledger bench`: the end-to-end benchmark suite (bench/), writing a Markdown + JSON report.
 //!
 //! ```text
 //! toolledger bench [--only SUITE,…] [--runs 3] [--out DIR] [--work-dir DIR] [--smoke]

@@ -499,7 +499,7 @@ async fn a_python_producer_uploads_and_declares_sensitive_fields() {
     let secret = "sk-python-producer-7f3e9a1c5b";
     let root = toolledger_testkit::workspace_root();
     let output = std::process::Command::new(toolledger_testkit::python())
-        .arg(root.join("crates/ingest/tests/py/upload_producer.py"))
+        .arg(root.join("ingest/tests/py/upload_producer.py"))
         .arg(nats.url())
         .arg("acme")
         .arg(root.join("schemas"))

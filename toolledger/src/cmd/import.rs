@@ -1,5 +1,5 @@
 //! `toolledger import --format F FILE…`: native records from the seed systems mapped to Agent Tool
-//! events (crates/import) and published to ATL_INBOUND as `emit` publishes.
+//! events (import/) and published to ATL_INBOUND as `emit` publishes.
 //!
 //! ```text
 //! read files (JSON value, array or NDJSON) ─▶ map each record (validated events | rejection)

@@ -18,6 +18,6 @@ fn docs_carry_the_schema_sql() {
         std::fs::read_to_string(toolledger_testkit::workspace_root().join("docs/projections.md")).unwrap();
     assert!(
         docs.contains(toolledger_projector::SCHEMA_SQL),
-        "docs/projections.md is out of date with crates/projector/src/schema.sql"
+        "docs/projections.md is out of date with projector/src/schema.sql"
     );
 }
