@@ -28,7 +28,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use toolledger_core::telemetry::{Health, Telemetry};
 use toolledger_ingest::metrics::IngestMetrics;
-use toolledger_ingest::service::{self, Connector, IngestSettings};
+use toolledger_ingest::session::{self, Connector, IngestSettings};
 use toolledger_projector::{Generations, Store};
 use toolledger_wire::Mode;
 use toolledger_wire::produce::{self, Outgoing};
@@ -336,7 +336,7 @@ async fn ingest_in_process(
     let metrics = telemetry.register(IngestMetrics::register);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let started = Instant::now();
-    let task = tokio::spawn(service::run(
+    let task = tokio::spawn(session::run(
         Connector {
             url: server.url(),
             name: "bench-ingest".into(),

@@ -11,7 +11,6 @@ use serde_json::Value;
 use toolledger_core::nats_server::{NatsServer, NatsServerSpec};
 use toolledger_ingest::append::PendingEntry;
 use toolledger_schemas::generator::{GeneratorConfig, generate};
-use toolledger_wire::cloudevents::AttributesReader;
 use toolledger_wire::{LedgerEntry, Mode, produce};
 
 /// The tenants of every generated workload.

@@ -329,7 +329,7 @@ impl Tracker {
     /// ledger before a recovered position).
     pub fn apply(&mut self, seq: u64, bytes: &[u8], rows: bool) -> EntryRows {
         let leaf = toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes));
-        let json = match LedgerEntry::from_bytes(bytes).and_then(|entry| entry.to_json()) {
+        let json = match LedgerEntry::parse(bytes).and_then(|entry| entry.to_json()) {
             Ok(json) => json,
             Err(error) => {
                 let event = rows.then(|| EventRow {

@@ -156,9 +156,7 @@ pub async fn plan(js: &jetstream::Context, ledger: &str, request: &ErasureReques
         if entry.ledger.payload_refs.is_empty() {
             continue;
         }
-        let event = entry.event_json().map_err(|e| Error::Erasure {
-            reason: format!("ledger seq {seq}: {e}"),
-        })?;
+        let event = entry.event_json();
         let invocation = attribute(&event, "invocationid", "invocation_id");
         let session = attribute(&event, "sessionid", "session_id");
         let wanted: Vec<&PayloadRef> = match &request.target {
@@ -385,7 +383,7 @@ pub async fn erasure_records(js: &jetstream::Context, ledger: &str) -> Result<Ve
     let filter = format!("atl.ledger.{}.{ERASURE_CLASS}", Tenant::SYSTEM);
     let mut out = Vec::new();
     for (seq, entry) in read_filtered(js, ledger, &filter).await? {
-        let Ok(event) = entry.event_json() else { continue };
+        let event = entry.event.into_json();
         let data = &event["data"];
         out.push(ErasureRecord {
             seq,
@@ -421,7 +419,7 @@ async fn read_filtered(
         .await?
         .into_iter()
         .map(|(seq, bytes)| {
-            LedgerEntry::from_bytes(&bytes)
+            LedgerEntry::parse(&bytes)
                 .map(|entry| (seq, entry))
                 .map_err(|e| Error::Erasure {
                     reason: format!("ledger seq {seq} is not a ledger entry: {e}"),

@@ -68,10 +68,20 @@ pub enum Error {
         reason: String,
     },
     /// An event the ledger writes itself (a receipt) could not be built.
-    #[error("ledger-own event: {reason}")]
+    #[error("ledger-own event could not be built")]
     LedgerOwnEvent {
-        /// What went wrong.
-        reason: String,
+        /// Why.
+        #[source]
+        source: toolledger_wire::Error,
+    },
+    /// An accepted event's entry could not be rebuilt after its payloads moved to the blob store.
+    #[error("entry of event {event_id} could not be built after offloading")]
+    OffloadedEntry {
+        /// The event's id.
+        event_id: String,
+        /// Why.
+        #[source]
+        source: toolledger_wire::Error,
     },
     /// Another ingest took the lease this one held.
     #[error("lease {key} lost by {holder}")]

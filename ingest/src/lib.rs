@@ -5,7 +5,10 @@
 //!                  └─ rejects ─▶ ATL_QUARANTINE (+ a receipt entry in the ledger)
 //! ```
 //!
-//! - [`service`]: the loop that ties the stages together (entry point: [`service::run`]).
+//! - [`session`]: the loop that fetches, appends and acks around the pipeline (entry point:
+//!   [`session::run`]).
+//! - [`pipeline`]: what happens to each inbound message: decode ▸ validate ▸ scrub ▸ seal ▸ dedupe,
+//!   offload, and the scrubbed original of a rejection.
 //! - [`lease`]: the single-writer lease in the `ATL_LEASES` bucket.
 //! - [`append`]: pipelined appends conditional on the ledger's last sequence, with read-back
 //!   reconciliation by leaf hash after any failure.
@@ -30,10 +33,11 @@ pub mod erase;
 pub mod lease;
 pub mod metrics;
 pub mod payload;
+pub mod pipeline;
 pub mod poison;
 pub mod quarantine;
 pub mod scrub;
-pub mod service;
+pub mod session;
 
 mod error;
 pub use error::{Error, Result};

@@ -162,9 +162,9 @@ async fn read_entry(
         .get_raw_message(seq)
         .await
         .map_err(|e| unreadable(e.to_string()))?;
-    let entry = LedgerEntry::from_bytes(&message.payload).map_err(|e| unreadable(e.to_string()))?;
+    let entry = LedgerEntry::parse(&message.payload).map_err(|e| unreadable(e.to_string()))?;
     let leaf = toolledger_wire::entry::hex(&toolledger_merkle_leaf(&message.payload));
-    let event = entry.event_json().map_err(|e| unreadable(e.to_string()))?;
+    let event = entry.event.into_json();
     Ok((leaf, event))
 }
 

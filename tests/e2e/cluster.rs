@@ -369,8 +369,8 @@ async fn cluster_leader_kills(cycles: usize, sessions: usize) {
     let ids: Vec<String> = stored
         .iter()
         .map(|(_, bytes)| {
-            let entry = LedgerEntry::from_bytes(bytes).unwrap();
-            toolledger_wire::cloudevents::AttributesReader::id(&entry.event).to_owned()
+            let entry = LedgerEntry::parse(bytes).unwrap();
+            entry.event.id().to_owned()
         })
         .collect();
     let unique: BTreeSet<&String> = ids.iter().collect();

@@ -171,8 +171,8 @@ async fn ingest_killed_at_random_moments_loses_and_duplicates_nothing() {
     let ids: Vec<String> = stored
         .iter()
         .map(|(_, bytes)| {
-            let entry = LedgerEntry::from_bytes(bytes).unwrap();
-            toolledger_wire::cloudevents::AttributesReader::id(&entry.event).to_owned()
+            let entry = LedgerEntry::parse(bytes).unwrap();
+            entry.event.id().to_owned()
         })
         .collect();
     let expected: Vec<String> = events

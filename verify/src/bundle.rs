@@ -524,12 +524,12 @@ pub struct BuiltBundle {
 /// like any other input).
 fn tenant_and_refs(seq: u64, bytes: &[u8]) -> Result<(Tenant, Vec<PayloadRef>)> {
     let rejected = |reason: String| Error::BundleEntryRejected { seq, reason };
-    let entry = toolledger_wire::LedgerEntry::from_bytes(bytes).map_err(|e| rejected(e.to_string()))?;
-    let tenant = serde_json::to_value(&entry.event)
-        .ok()
-        .and_then(|event| event.get("tenant").and_then(Value::as_str).map(str::to_owned))
+    let entry = toolledger_wire::LedgerEntry::parse(bytes).map_err(|e| rejected(e.to_string()))?;
+    let tenant = entry
+        .event
+        .extension_str("tenant")
         .ok_or_else(|| rejected("the event has no tenant".to_owned()))?;
-    let tenant = Tenant::parse(&tenant).map_err(|e| rejected(e.to_string()))?;
+    let tenant = Tenant::parse(tenant).map_err(|e| rejected(e.to_string()))?;
     Ok((tenant, entry.ledger.payload_refs))
 }
 

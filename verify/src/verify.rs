@@ -581,7 +581,7 @@ pub async fn verify_ledger(
         }
         expected_seq = seq + 1;
         if options.check_entries {
-            match LedgerEntry::from_bytes(&bytes) {
+            match LedgerEntry::parse(&bytes) {
                 Ok(entry) if options.blobs.is_some() => payloads.observe(seq, &entry),
                 Ok(_) => {}
                 Err(error) => entry_findings.push(Finding::EntryUnreadable {
@@ -729,12 +729,13 @@ struct PayloadCheck {
 
 impl PayloadLedger {
     fn observe(&mut self, seq: u64, entry: &LedgerEntry) {
-        let event = entry.event_json().unwrap_or_default();
-        let tenant = event["tenant"].as_str().unwrap_or_default().to_owned();
-        if event["type"] == ERASURE_COMPLETED {
+        let event = &entry.event;
+        let tenant = event.extension_str("tenant").unwrap_or_default().to_owned();
+        let data = event.data().unwrap_or(&serde_json::Value::Null);
+        if event.ty() == ERASURE_COMPLETED {
             // The record is the ledger's own (tenant `_system`); the tenant erased is in its data.
-            let erased_tenant = event["data"]["tenant"].as_str().unwrap_or(&tenant).to_owned();
-            for id in event["data"]["blob_ids"].as_array().into_iter().flatten() {
+            let erased_tenant = data["tenant"].as_str().unwrap_or(&tenant).to_owned();
+            for id in data["blob_ids"].as_array().into_iter().flatten() {
                 if let Some(id) = id.as_str() {
                     self.erased.insert((erased_tenant.clone(), id.to_owned()));
                 }

@@ -8,7 +8,7 @@ use async_nats::jetstream;
 use serde_json::Value;
 use toolledger_import::Format;
 use toolledger_ingest::metrics::IngestMetrics;
-use toolledger_ingest::service::{self, Connector, IngestSettings};
+use toolledger_ingest::session::{self, Connector, IngestSettings};
 use toolledger_projector::{Generations, Options};
 use toolledger_testkit::NatsFixture;
 use toolledger_wire::streams::INBOUND;
@@ -87,7 +87,7 @@ fn imported_sessions_project_with_their_native_ids() {
         settings.lease_ttl = Duration::from_secs(3);
         let mut registry = prometheus_client::registry::Registry::default();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let ingest = tokio::spawn(service::run(
+        let ingest = tokio::spawn(session::run(
             Connector {
                 url: nats.url(),
                 name: "import-test".to_owned(),

@@ -16,9 +16,9 @@ use base64::engine::general_purpose::STANDARD as B64;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use toolledger_ingest::payload::{BlobStore, OffloadConfig, Offloader};
+use toolledger_ingest::pipeline::{entry_for_message, ledger_own_entry_bytes};
 use toolledger_ingest::quarantine::{Original, Quarantined, Rejection, receipt_event};
 use toolledger_ingest::scrub::{ScrubConfig, ScrubKey, Scrubber};
-use toolledger_ingest::service::{entry_for_message, ledger_own_entry_bytes};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_wire::{Mode, QuarantineReason, Tenant};
 

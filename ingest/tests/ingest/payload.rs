@@ -542,7 +542,7 @@ async fn a_python_producer_uploads_and_declares_sensitive_fields() {
             "/data/model_input/headers/x-session-token"
         ]
     );
-    let input = &planned.event_json().unwrap()["data"]["model_input"];
+    let input = &planned.event_json()["data"]["model_input"];
     assert!(input["api_key"]["$scrubbed"].is_string(), "{input}");
     assert_eq!(input["headers"]["accept"], "text/plain");
     for entry in &entries {

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use toolledger_ingest::append::{last_sequence, read_range};
 use toolledger_ingest::metrics::IngestMetrics;
-use toolledger_ingest::service::{self, Connector, IngestSettings};
+use toolledger_ingest::session::{self, Connector, IngestSettings};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::NatsFixture;
 use toolledger_wire::streams::{INBOUND, LEDGER, QUARANTINE};
@@ -61,7 +61,7 @@ impl Running {
             url: nats.url(),
             name: "ingest-test".to_owned(),
         };
-        let task = tokio::spawn(service::run(
+        let task = tokio::spawn(session::run(
             connector,
             settings,
             metrics.clone(),
@@ -130,12 +130,12 @@ pub async fn ledger(js: &jetstream::Context) -> Vec<LedgerEntry> {
         .await
         .unwrap()
         .into_iter()
-        .map(|(_, bytes)| LedgerEntry::from_bytes(&bytes).unwrap())
+        .map(|(_, bytes)| LedgerEntry::parse(&bytes).unwrap())
         .collect()
 }
 
 pub fn id_of(entry: &LedgerEntry) -> String {
-    toolledger_wire::cloudevents::AttributesReader::id(&entry.event).to_owned()
+    entry.event.id().to_owned()
 }
 
 /// The events' ids, in the order given.
@@ -147,11 +147,11 @@ pub fn ids_of(events: &[Value]) -> Vec<String> {
 }
 
 pub fn class_of(entry: &LedgerEntry) -> String {
-    toolledger_wire::cloudevents::AttributesReader::ty(&entry.event).to_owned()
+    entry.event.ty().to_owned()
 }
 
 fn receipt_data(entry: &LedgerEntry) -> Value {
-    entry.event_json().unwrap()["data"].clone()
+    entry.event_json()["data"].clone()
 }
 
 async fn quarantined(js: &jetstream::Context) -> Vec<(String, String)> {

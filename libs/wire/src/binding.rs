@@ -1,10 +1,11 @@
-//! The CloudEvents NATS protocol binding, written against the SDK's `cloudevents::message` traits.
+//! The CloudEvents NATS protocol binding: the one edge where `cloudevents-sdk` is used.
 //!
 //! ```text
 //! decode: (headers, payload) ─▶ NatsMessage::new (case-insensitive names, percent-decoding, checks)
-//!           ─▶ MessageDeserializer::into_event (binary: ce-* headers + body; structured: JSON body)
-//! encode: Event ─▶ BinaryDeserializer / StructuredDeserializer ─▶ NatsBinaryWriter / NatsStructuredWriter
-//!           ─▶ (HeaderMap, Bytes)
+//!           ─▶ NatsMessage::encoding ─▶ binary: into_binary_event (ce-* headers ─▶ Event attributes)
+//!                                      structured / plain body: the caller parses the payload once
+//! encode: Event ─▶ SDK event ─▶ BinaryDeserializer / StructuredDeserializer
+//!           ─▶ NatsBinaryWriter / NatsStructuredWriter ─▶ (HeaderMap, Bytes)
 //! ```
 //!
 //! Binary mode puts every attribute and extension in a `ce-<name>` header whose value is
@@ -18,15 +19,15 @@
 use async_nats::HeaderMap;
 use async_nats::header::{HeaderName, HeaderValue};
 use bytes::Bytes;
-use chrono::{DateTime, SecondsFormat};
-use cloudevents::Event;
+use chrono::SecondsFormat;
 use cloudevents::event::SpecVersion;
 use cloudevents::message::{
-    BinaryDeserializer, BinarySerializer, Encoding, MessageAttributeValue, MessageDeserializer,
-    StructuredDeserializer, StructuredSerializer,
+    BinaryDeserializer, BinarySerializer, MessageAttributeValue, StructuredDeserializer, StructuredSerializer,
 };
 use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
+use serde::Deserialize;
 
+use crate::event::{Event, ExtensionValue, parse_dataschema, parse_time};
 use crate::{Error, Result};
 
 /// The content type of a structured-mode CloudEvent.
@@ -60,6 +61,18 @@ impl std::str::FromStr for Mode {
             }),
         }
     }
+}
+
+/// How an inbound message carries its event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// `content-type: application/cloudevents+json`: the payload is the whole event.
+    Structured,
+    /// `ce-specversion` present: attributes in headers, the payload is the data.
+    Binary,
+    /// Neither: a plain JSON body (an agenttool-event envelope, or a structured event without its
+    /// content type).
+    Unknown,
 }
 
 /// Whether `name` is a valid CloudEvents attribute or extension name: lowercase ASCII letters and digits.
@@ -164,8 +177,30 @@ impl<'a> NatsMessage<'a> {
         self.specversion.is_some()
     }
 
-    /// Checks the binary-mode attributes the SDK would otherwise refuse with an untyped error.
-    fn check_binary(&self) -> Result<()> {
+    /// Structured when `content-type` is `application/cloudevents+json` (any case, parameters allowed),
+    /// binary when `ce-specversion` is present, unknown otherwise (a plain JSON body).
+    pub fn encoding(&self) -> Encoding {
+        let structured = self.content_type.as_deref().is_some_and(|ct| {
+            ct.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .eq_ignore_ascii_case(STRUCTURED_CONTENT_TYPE)
+        });
+        if structured {
+            Encoding::Structured
+        } else if self.specversion.is_some() {
+            Encoding::Binary
+        } else {
+            Encoding::Unknown
+        }
+    }
+
+    /// The binary-mode event of the `ce-*` headers, without data: `specversion` 1.0, `id`, `source` and
+    /// `type` present and not empty, `time` RFC 3339, `dataschema` a URL; every other header an
+    /// extension (a string); an unprefixed `content-type` is the data content type when
+    /// `ce-datacontenttype` is absent. The caller parses the payload as the data.
+    pub fn into_binary_event(self) -> Result<Event> {
         match self.specversion.as_deref() {
             Some("1.0") => {}
             Some(other) => {
@@ -176,130 +211,31 @@ impl<'a> NatsMessage<'a> {
             }
             None => return Err(Error::bad_envelope("specversion", "missing")),
         }
-        for (attribute, value) in &self.attributes {
+        let mut event = Event::new(String::new(), String::new(), String::new());
+        for (attribute, value) in self.attributes {
             match attribute.as_str() {
-                "time" => {
-                    DateTime::parse_from_rfc3339(value)
-                        .map_err(|e| Error::bad_envelope("time", format!("not an RFC 3339 time: {e}")))?;
+                "id" => event.id = value,
+                "type" => event.ty = value,
+                "source" => event.source = value,
+                "datacontenttype" => event.datacontenttype = Some(value),
+                "dataschema" => event.dataschema = Some(parse_dataschema(&value)?),
+                "subject" => event.subject = Some(value),
+                "time" => event.time = Some(parse_time(&value)?),
+                _ => {
+                    event.extensions.insert(attribute, ExtensionValue::String(value));
                 }
-                "dataschema" => {
-                    url_parse(value).map_err(|reason| Error::bad_envelope("dataschema", reason))?;
-                }
-                _ => {}
             }
         }
-        for required in ["id", "source", "type"] {
-            match self.attributes.iter().find(|(a, _)| a == required) {
-                Some((_, value)) if !value.is_empty() => {}
-                Some(_) => return Err(Error::bad_envelope(required, "empty")),
-                None => return Err(Error::bad_envelope(required, "missing")),
+        for (required, value) in [("id", &event.id), ("source", &event.source), ("type", &event.ty)] {
+            if value.is_empty() {
+                // A header given empty and a header not given read the same here; both are refused.
+                return Err(Error::bad_envelope(required, "missing or empty"));
             }
         }
-        Ok(())
-    }
-
-    /// Decodes a binary-mode message into an event whose data is still the raw payload
-    /// ([`cloudevents::Data::Binary`]); the caller parses it.
-    pub fn into_binary_event(self) -> Result<Event> {
-        self.check_binary()?;
-        BinaryDeserializer::into_event(self).map_err(sdk_error)
-    }
-}
-
-fn url_parse(value: &str) -> std::result::Result<(), String> {
-    // The SDK keeps `dataschema` as an absolute URL; parse through its own conversion so both agree.
-    cloudevents::event::TryIntoUrl::into_url(value)
-        .map(|_| ())
-        .map_err(|e| format!("not a URI: {e}"))
-}
-
-/// Folds the SDK's errors into ours, naming the attribute where the SDK does.
-pub(crate) fn sdk_error(error: cloudevents::message::Error) -> Error {
-    use cloudevents::event::EventBuilderError as B;
-    use cloudevents::message::Error as M;
-    match error {
-        M::EventBuilderError {
-            source: B::MissingRequiredAttribute { attribute_name },
-        } => Error::bad_envelope(attribute_name, "missing"),
-        M::EventBuilderError {
-            source: B::ParseTimeError {
-                attribute_name,
-                source,
-            },
-        } => Error::bad_envelope(attribute_name, source.to_string()),
-        M::EventBuilderError {
-            source: B::ParseUrlError {
-                attribute_name,
-                source,
-            },
-        } => Error::bad_envelope(attribute_name, source.to_string()),
-        M::EventBuilderError {
-            source: B::InvalidUriRefError { attribute_name },
-        } => Error::bad_envelope(attribute_name, "not a URI reference"),
-        M::UnknownAttribute { name } => Error::bad_envelope(name, "unknown attribute"),
-        M::UnknownSpecVersion { source } => Error::bad_envelope("specversion", source.to_string()),
-        M::ParseTimeError { source } => Error::bad_envelope("time", source.to_string()),
-        M::ParseUrlError { source } => Error::bad_envelope("dataschema", source.to_string()),
-        other => Error::bad_envelope("envelope", other.to_string()),
-    }
-}
-
-impl BinaryDeserializer for NatsMessage<'_> {
-    fn deserialize_binary<R: Sized, V: BinarySerializer<R>>(
-        self,
-        mut visitor: V,
-    ) -> cloudevents::message::Result<R> {
-        let version = self.specversion.as_deref().unwrap_or_default();
-        visitor = visitor.set_spec_version(SpecVersion::try_from(version)?)?;
-        let attribute_names = SpecVersion::V10.attribute_names();
-        let mut has_content_type = false;
-        for (name, value) in self.attributes {
-            if attribute_names.contains(&name.as_str()) {
-                has_content_type |= name == "datacontenttype";
-                visitor = visitor.set_attribute(&name, MessageAttributeValue::String(value))?;
-            } else {
-                visitor = visitor.set_extension(&name, MessageAttributeValue::String(value))?;
-            }
+        if event.datacontenttype.is_none() {
+            event.datacontenttype = self.content_type;
         }
-        if let (false, Some(content_type)) = (has_content_type, self.content_type) {
-            visitor =
-                visitor.set_attribute("datacontenttype", MessageAttributeValue::String(content_type))?;
-        }
-        if self.payload.is_empty() {
-            visitor.end()
-        } else {
-            visitor.end_with_data(self.payload.to_vec())
-        }
-    }
-}
-
-impl StructuredDeserializer for NatsMessage<'_> {
-    fn deserialize_structured<R: Sized, V: StructuredSerializer<R>>(
-        self,
-        visitor: V,
-    ) -> cloudevents::message::Result<R> {
-        visitor.set_structured_event(self.payload.to_vec())
-    }
-}
-
-impl MessageDeserializer for NatsMessage<'_> {
-    /// Structured when `content-type` is `application/cloudevents+json` (any case, parameters allowed),
-    /// binary when `ce-specversion` is present, unknown otherwise (a plain JSON body).
-    fn encoding(&self) -> Encoding {
-        let structured = self.content_type.as_deref().is_some_and(|ct| {
-            ct.split(';')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .eq_ignore_ascii_case(STRUCTURED_CONTENT_TYPE)
-        });
-        if structured {
-            Encoding::STRUCTURED
-        } else if self.specversion.is_some() {
-            Encoding::BINARY
-        } else {
-            Encoding::UNKNOWN
-        }
+        Ok(event)
     }
 }
 
@@ -385,17 +321,20 @@ impl StructuredSerializer<(HeaderMap, Bytes)> for NatsStructuredWriter {
     }
 }
 
-/// Puts `event` on the wire in `mode`.
+/// Puts `event` on the wire in `mode`, through the SDK's message writers.
 pub fn encode(event: &Event, mode: Mode) -> Result<(HeaderMap, Bytes)> {
     let encode_error = |e: cloudevents::message::Error| Error::Encode {
         reason: e.to_string(),
     };
+    let sdk = cloudevents::Event::deserialize(event.to_json()).map_err(|e| Error::Encode {
+        reason: format!("event: {e}"),
+    })?;
     match mode {
-        Mode::Binary => BinaryDeserializer::deserialize_binary(event.clone(), NatsBinaryWriter::default())
-            .map_err(encode_error),
+        Mode::Binary => {
+            BinaryDeserializer::deserialize_binary(sdk, NatsBinaryWriter::default()).map_err(encode_error)
+        }
         Mode::Structured => {
-            StructuredDeserializer::deserialize_structured(event.clone(), NatsStructuredWriter)
-                .map_err(encode_error)
+            StructuredDeserializer::deserialize_structured(sdk, NatsStructuredWriter).map_err(encode_error)
         }
     }
 }

@@ -19,14 +19,13 @@
 
 use std::str::FromStr;
 
-use cloudevents::message::{Encoding, MessageDeserializer};
-use cloudevents::{AttributesReader, Data, Event};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use toolledger_schemas::EventClass;
 
-use crate::binding::{NatsMessage, is_attribute_name, is_json_content_type};
+use crate::binding::{Encoding, NatsMessage, is_json_content_type};
 use crate::envelope::{is_agenttool_event, map_agenttool_event};
+use crate::event::{Event, ExtensionValue};
 use crate::subject::{InboundSubject, Tenant};
 use crate::{Error, Result, ijson};
 
@@ -86,10 +85,7 @@ pub struct DecodedEvent {
 impl DecodedEvent {
     /// The data as JSON, if the event has any.
     pub fn data(&self) -> Option<&Value> {
-        match self.event.data() {
-            Some(Data::Json(value)) => Some(value),
-            _ => None,
-        }
+        self.event.data()
     }
 }
 
@@ -102,14 +98,14 @@ pub fn decode(
     let inbound = InboundSubject::parse(subject)?;
     let message = NatsMessage::new(headers, payload)?;
     let (origin, event, trace_refs, envelope_fields) = match message.encoding() {
-        Encoding::STRUCTURED => (
+        Encoding::Structured => (
             Origin::Structured,
             structured_event(ijson::parse(payload)?)?,
             None,
             None,
         ),
-        Encoding::BINARY => (Origin::Binary, binary_event(message)?, None, None),
-        _ => {
+        Encoding::Binary => (Origin::Binary, binary_event(message)?, None, None),
+        Encoding::Unknown => {
             let Value::Object(object) = ijson::parse(payload)? else {
                 return Err(Error::bad_envelope("body", "not a JSON object"));
             };
@@ -144,78 +140,27 @@ pub fn decode(
 
 /// A binary-mode event: attributes from the headers, the payload parsed as I-JSON data.
 fn binary_event(message: NatsMessage<'_>) -> Result<Event> {
+    let payload = message.payload();
     let mut event = message.into_binary_event()?;
-    let content_type = event.datacontenttype().map(str::to_owned);
-    if let Some(content_type) = content_type.as_deref().filter(|ct| !is_json_content_type(ct)) {
-        return Err(Error::bad_envelope(
-            "datacontenttype",
-            format!("`{content_type}`: data must be JSON"),
-        ));
-    }
-    if let Some(Data::Binary(bytes)) = event.data() {
-        let data = ijson::parse(bytes).map_err(|e| e.under("/data"))?;
-        event.set_data_unchecked(Data::Json(data));
-    }
-    Ok(event)
-}
-
-/// A structured-mode event from its (I-JSON) body.
-pub fn structured_event(body: Value) -> Result<Event> {
-    let Value::Object(object) = body else {
-        return Err(Error::bad_envelope("body", "not a JSON object"));
-    };
-    match object.get("specversion") {
-        Some(Value::String(v)) if v == "1.0" => {}
-        Some(other) => {
-            return Err(Error::bad_envelope(
-                "specversion",
-                format!("{other} is not \"1.0\""),
-            ));
-        }
-        None => return Err(Error::bad_envelope("specversion", "missing")),
-    }
-    for required in ["id", "type", "source"] {
-        match object.get(required) {
-            Some(Value::String(s)) if !s.is_empty() => {}
-            Some(Value::String(_)) => return Err(Error::bad_envelope(required, "empty")),
-            Some(_) => return Err(Error::bad_envelope(required, "must be a string")),
-            None => return Err(Error::bad_envelope(required, "missing")),
-        }
-    }
-    for optional in ["subject", "datacontenttype", "dataschema", "time"] {
-        match object.get(optional) {
-            None | Some(Value::Null | Value::String(_)) => {}
-            Some(_) => return Err(Error::bad_envelope(optional, "must be a string")),
-        }
-    }
-    if let Some(Value::String(time)) = object.get("time") {
-        chrono::DateTime::parse_from_rfc3339(time)
-            .map_err(|e| Error::bad_envelope("time", format!("not an RFC 3339 time: {e}")))?;
-    }
-    if let Some(Value::String(content_type)) = object.get("datacontenttype")
-        && !is_json_content_type(content_type)
+    if let Some(content_type) = event
+        .datacontenttype
+        .as_deref()
+        .filter(|ct| !is_json_content_type(ct))
     {
         return Err(Error::bad_envelope(
             "datacontenttype",
             format!("`{content_type}`: data must be JSON"),
         ));
     }
-    if object.contains_key("data_base64") {
-        return Err(Error::bad_envelope(
-            "data_base64",
-            "data must be JSON, not base64",
-        ));
+    if !payload.is_empty() {
+        event.data = Some(ijson::parse(payload).map_err(|e| e.under("/data"))?);
     }
-    let attributes = cloudevents::event::SpecVersion::V10.attribute_names();
-    for name in object.keys() {
-        if name != "data" && !attributes.contains(&name.as_str()) && !is_attribute_name(name) {
-            return Err(Error::bad_envelope(
-                name.as_str(),
-                "not a CloudEvents extension name (a-z, 0-9)",
-            ));
-        }
-    }
-    Event::deserialize(Value::Object(object)).map_err(|e| Error::bad_envelope("envelope", e.to_string()))
+    Ok(event)
+}
+
+/// A structured-mode event from its (I-JSON) body.
+pub fn structured_event(body: Value) -> Result<Event> {
+    Event::from_json(body)
 }
 
 /// The contract every decoded event meets, whatever its origin; returns its class.
@@ -235,20 +180,14 @@ fn check_contract(event: &Event, inbound: &InboundSubject) -> Result<EventClass>
             format!("`{class}` differs from the subject's class `{}`", inbound.class),
         ));
     }
-    match event.data() {
-        None | Some(Data::Json(_)) => {}
-        Some(_) => return Err(Error::bad_envelope("data", "must be JSON")),
-    }
     for name in CONTRACT_EXTENSIONS {
         match event.extension(name) {
-            None | Some(cloudevents::event::ExtensionValue::String(_)) => {}
+            None | Some(ExtensionValue::String(_)) => {}
             Some(_) => return Err(Error::bad_envelope(*name, "must be a string")),
         }
     }
     match event.extension("tenant") {
-        Some(cloudevents::event::ExtensionValue::String(tenant)) if tenant == inbound.tenant.as_str() => {
-            Ok(class)
-        }
+        Some(ExtensionValue::String(tenant)) if tenant == inbound.tenant.as_str() => Ok(class),
         Some(other) => Err(Error::TenantMismatch {
             subject: inbound.tenant.to_string(),
             extension: other.to_string(),

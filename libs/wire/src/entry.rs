@@ -9,18 +9,23 @@
 //!
 //! serialized with RFC 8785 ([`crate::jcs`]). The message payload is exactly those bytes and the
 //! Merkle leaf is `SHA-256(0x00 || bytes)`. The event is the CloudEvents JSON format of the event
-//! (times normalized to UTC, as the CloudEvents SDK holds them); `ledger` is the ledger's own
-//! metadata, left out of [`LedgerEntry::content_digest`] so a duplicate is recognised whatever time
-//! it was ingested.
+//! ([`Event`]: times normalized to UTC); `ledger` is the ledger's own metadata, left out of
+//! [`LedgerEntry::content_digest`] so a duplicate is recognised whatever time it was ingested.
+//!
+//! ```text
+//! write: Event + LedgerMetadata ─▶ seal / canonical_bytes: `{"event":` event JCS `,"ledger":` … `}`
+//! read:  bytes ─▶ LedgerEntry::parse (one I-JSON pass) ─▶ Event (data moved) + LedgerMetadata
+//!        bytes ─▶ LedgerEntry::parse_canonical: the same pass, proving the bytes are RFC 8785
+//! ```
 
-use chrono::{DateTime, SecondsFormat, Utc};
-use cloudevents::Event;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 use sha2::Digest;
 use toolledger_merkle::Hash;
 
 use crate::decode::{DecodedEvent, Origin};
+use crate::event::{Event, format_time};
 use crate::{Error, Result, ijson, jcs};
 
 /// A payload moved to the object store, as the entry references it (DESIGN §5).
@@ -66,7 +71,7 @@ pub struct LedgerMetadata {
 }
 
 fn write_time<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-    serializer.serialize_str(&time.to_rfc3339_opts(SecondsFormat::AutoSi, true))
+    serializer.serialize_str(&format_time(time))
 }
 
 fn read_time<'de, D: Deserializer<'de>>(deserializer: D) -> std::result::Result<DateTime<Utc>, D::Error> {
@@ -102,6 +107,23 @@ impl LedgerEntry {
         }
     }
 
+    /// The entry the ledger writes itself (a quarantine receipt, an access or erasure record): origin
+    /// `ledger`, nothing scrubbed or offloaded.
+    pub fn own(event: Event, ingested_at: DateTime<Utc>) -> Self {
+        Self {
+            event,
+            ledger: LedgerMetadata {
+                ingested_at,
+                origin: Origin::Ledger,
+                content_digest: None,
+                payload_refs: Vec::new(),
+                scrubbed_paths: Vec::new(),
+                trace_refs: None,
+                envelope_fields: None,
+            },
+        }
+    }
+
     /// The entry ingest would append for a structured CloudEvent (JSON with `tenant` and `type`) that
     /// needs no scrubbing or offloading, taken in at its own `time` (else `fallback_time`): for bulk
     /// loaders, benchmarks and tests that fill a ledger without running ingest.
@@ -116,34 +138,45 @@ impl LedgerEntry {
             reason: format!("event: {e}"),
         })?;
         let decoded = crate::decode(&subject, None, &body)?;
-        let ingested_at = event["time"]
-            .as_str()
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            .map_or(fallback_time, |t| t.with_timezone(&Utc));
+        let ingested_at = decoded.event.time.unwrap_or(fallback_time);
         Ok(Self::new(decoded, ingested_at))
     }
 
-    /// The event in the CloudEvents JSON format.
-    pub fn event_json(&self) -> Result<Value> {
-        serde_json::to_value(&self.event).map_err(|e| Error::Encode {
-            reason: format!("event: {e}"),
-        })
+    /// A copy of the event in the CloudEvents JSON format.
+    pub fn event_json(&self) -> Value {
+        self.event.to_json()
     }
 
-    /// The entry as a JSON value, `{"event": …, "ledger": …}`.
+    /// A copy of the entry as a JSON value, `{"event": …, "ledger": …}`.
     pub fn to_json(&self) -> Result<Value> {
         let ledger = serde_json::to_value(&self.ledger).map_err(|e| Error::Encode {
             reason: format!("ledger: {e}"),
         })?;
         let mut entry = Map::new();
-        entry.insert("event".to_owned(), self.event_json()?);
+        entry.insert("event".to_owned(), self.event_json());
         entry.insert("ledger".to_owned(), ledger);
         Ok(Value::Object(entry))
     }
 
     /// The RFC 8785 bytes: the ATL_LEDGER message payload.
     pub fn canonical_bytes(&self) -> Result<Vec<u8>> {
-        Ok(jcs::to_vec(&self.to_json()?)?)
+        let mut bytes = Vec::with_capacity(1024);
+        bytes.extend_from_slice(br#"{"event":"#);
+        self.event.write_canonical(&mut bytes)?;
+        self.write_ledger(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// `,"ledger":` and the metadata's canonical bytes, and the closing brace: RFC 8785 sorts `event`
+    /// before `ledger`, so an entry is its event's bytes with these after them.
+    fn write_ledger(&self, bytes: &mut Vec<u8>) -> Result<()> {
+        let ledger = serde_json::to_value(&self.ledger).map_err(|e| Error::Encode {
+            reason: format!("ledger: {e}"),
+        })?;
+        bytes.extend_from_slice(br#","ledger":"#);
+        jcs::write_into(bytes, &ledger)?;
+        bytes.push(b'}');
+        Ok(())
     }
 
     /// The Merkle leaf hash of [`Self::canonical_bytes`].
@@ -154,34 +187,36 @@ impl LedgerEntry {
     /// SHA-256 of the event's canonical bytes, without the ledger's metadata: two arrivals of the same
     /// identity with equal digests are duplicates, with different digests a `duplicate_conflict`.
     pub fn content_digest(&self) -> Result<[u8; 32]> {
-        let bytes = jcs::to_vec(&self.event_json()?)?;
-        Ok(sha2::Sha256::digest(&bytes).into())
+        Ok(sha2::Sha256::digest(self.event.canonical_bytes()?).into())
     }
 
-    /// Sets `ledger.content_digest` and returns the digest with [`Self::canonical_bytes`],
-    /// canonicalizing the event once: RFC 8785 sorts `event` before `ledger`, so the entry's bytes are
-    /// `{"event":` + the event's canonical bytes (what the digest hashes) + `,"ledger":` + the
-    /// metadata's + `}`.
+    /// Sets `ledger.content_digest` and returns the digest with [`Self::canonical_bytes`], writing
+    /// the event's canonical bytes once: the digest hashes exactly the bytes that follow `{"event":`.
     pub fn seal(&mut self) -> Result<([u8; 32], Vec<u8>)> {
-        let event = jcs::to_vec(&self.event_json()?)?;
-        let digest: [u8; 32] = sha2::Sha256::digest(&event).into();
-        self.ledger.content_digest = Some(format!("sha256:{}", hex(&digest)));
-        let ledger = serde_json::to_value(&self.ledger).map_err(|e| Error::Encode {
-            reason: format!("ledger: {e}"),
-        })?;
-        let ledger = jcs::to_vec(&ledger)?;
-        let mut bytes = Vec::with_capacity(event.len() + ledger.len() + 20);
+        let mut bytes = Vec::with_capacity(1024);
         bytes.extend_from_slice(br#"{"event":"#);
-        bytes.extend_from_slice(&event);
-        bytes.extend_from_slice(br#","ledger":"#);
-        bytes.extend_from_slice(&ledger);
-        bytes.push(b'}');
+        let start = bytes.len();
+        self.event.write_canonical(&mut bytes)?;
+        let digest: [u8; 32] = sha2::Sha256::digest(&bytes[start..]).into();
+        self.ledger.content_digest = Some(format!("sha256:{}", hex(&digest)));
+        self.write_ledger(&mut bytes)?;
         Ok((digest, bytes))
     }
 
-    /// Reads an entry back from a ledger message payload.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let Value::Object(mut entry) = ijson::parse_canonical(bytes)? else {
+    /// Reads an entry back from a ledger message payload, in one pass over the bytes.
+    pub fn parse(bytes: &[u8]) -> Result<Self> {
+        Self::from_value(ijson::parse_canonical(bytes)?)
+    }
+
+    /// [`Self::parse`] that also proves the bytes are the RFC 8785 form of the entry they hold (the
+    /// check rides on the same pass): an entry re-spaced or re-ordered after it was written fails
+    /// with a `not_ijson` error whose problem is [`ijson::JsonProblem::NotCanonical`].
+    pub fn parse_canonical(bytes: &[u8]) -> Result<Self> {
+        Self::from_value(ijson::parse_checked_canonical(bytes)?)
+    }
+
+    fn from_value(value: Value) -> Result<Self> {
+        let Value::Object(mut entry) = value else {
             return Err(Error::bad_envelope("body", "a ledger entry is a JSON object"));
         };
         let event = entry
@@ -190,7 +225,7 @@ impl LedgerEntry {
         let ledger = entry
             .remove("ledger")
             .ok_or_else(|| Error::bad_envelope("ledger", "missing"))?;
-        let event = Event::deserialize(event).map_err(|e| Error::bad_envelope("event", e.to_string()))?;
+        let event = Event::from_json(event)?;
         let ledger =
             LedgerMetadata::deserialize(ledger).map_err(|e| Error::bad_envelope("ledger", e.to_string()))?;
         Ok(Self { event, ledger })

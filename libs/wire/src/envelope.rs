@@ -19,9 +19,9 @@
 //! `{"trace_id": <32 hex>, "span_id": <16 hex>, "trace_flags": <2 hex>}` (flags default to `00`); refs
 //! that are neither are kept but not mapped.
 
-use cloudevents::Event;
-use cloudevents::event::{EventBuilder, EventBuilderV10};
 use serde_json::{Map, Value};
+
+use crate::event::Event;
 
 use crate::subject::Tenant;
 use crate::{Error, Result};
@@ -73,7 +73,7 @@ fn optional_str<'a>(object: &'a Map<String, Value>, field: &str) -> Result<Optio
 }
 
 /// Maps an envelope published on `tenant`'s subject.
-pub fn map_agenttool_event(object: Map<String, Value>, tenant: &Tenant) -> Result<MappedEnvelope> {
+pub fn map_agenttool_event(mut object: Map<String, Value>, tenant: &Tenant) -> Result<MappedEnvelope> {
     let id = required_str(&object, "event_id")?;
     let ty = required_str(&object, "event_type")?;
     let source = required_str(&object, "source")?;
@@ -83,20 +83,15 @@ pub fn map_agenttool_event(object: Map<String, Value>, tenant: &Tenant) -> Resul
     let time = chrono::DateTime::parse_from_rfc3339(time)
         .map_err(|e| Error::bad_envelope("time", format!("not an RFC 3339 time: {e}")))?;
 
-    let mut builder = EventBuilderV10::new()
-        .id(id)
-        .ty(ty)
-        .source(source)
-        .time(time.with_timezone(&chrono::Utc))
-        .extension("tenant", tenant.as_str());
-    if let Some(subject) = optional_str(&object, "subject")? {
-        builder = builder.subject(subject);
-    }
+    let mut event = Event::new(id, ty, source);
+    event.time = Some(time.with_timezone(&chrono::Utc));
+    event.set_extension("tenant", tenant.as_str());
+    event.subject = optional_str(&object, "subject")?.map(str::to_owned);
     if let Some(invocation) = optional_str(&object, "invocation_id")? {
-        builder = builder.extension("invocationid", invocation);
+        event.set_extension("invocationid", invocation);
     }
     if let Some(tool) = optional_str(&object, "tool_id")? {
-        builder = builder.extension("toolid", tool);
+        event.set_extension("toolid", tool);
     }
     let trace_refs = match object.get("trace_refs") {
         None | Some(Value::Null) => None,
@@ -112,24 +107,23 @@ pub fn map_agenttool_event(object: Map<String, Value>, tenant: &Tenant) -> Resul
         Some(_) => return Err(Error::bad_envelope("trace_refs", "must be an array")),
     };
     if let Some((traceparent, tracestate)) = trace_refs.as_deref().and_then(trace_context) {
-        builder = builder.extension("traceparent", traceparent);
+        event.set_extension("traceparent", traceparent.as_str());
         if let Some(tracestate) = tracestate {
-            builder = builder.extension("tracestate", tracestate);
+            event.set_extension("tracestate", tracestate.as_str());
         }
     }
-    match object.get("data") {
+    // The data moves into the event; what is left of the envelope is kept beside it.
+    match object.remove("data") {
         None | Some(Value::Null) => {}
         Some(Value::Object(data)) => {
             if let Some(Value::String(session)) = data.get("session_id") {
-                builder = builder.extension("sessionid", session.as_str());
+                event.set_extension("sessionid", session.as_str());
             }
-            builder = builder.data("application/json", Value::Object(data.clone()));
+            event.datacontenttype = Some("application/json".to_owned());
+            event.data = Some(Value::Object(data));
         }
         Some(_) => return Err(Error::bad_envelope("data", "must be an object")),
     }
-    let event = builder
-        .build()
-        .map_err(|e| Error::bad_envelope("envelope", e.to_string()))?;
 
     let other: Map<String, Value> = object
         .into_iter()
@@ -176,7 +170,6 @@ pub fn trace_context(refs: &[Value]) -> Option<(String, Option<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cloudevents::AttributesReader;
     use serde_json::json;
 
     fn tenant() -> Tenant {

@@ -14,6 +14,11 @@
 //!   [`MAX_DEPTH`] (the parser recurses, and a stack overflow must not be reachable from the wire).
 //!
 //! Floats are read with Rust's `str::parse::<f64>`, which rounds correctly.
+//!
+//! [`parse_checked_canonical`] is the same pass with one more check per token: that the text is
+//! exactly what RFC 8785 writes for the value it parses to (no whitespace, members in UTF-16 order,
+//! the shortest escapes, numbers in their ECMAScript form). It is how a stored ledger entry is proved
+//! canonical: one validating scan, used by `LedgerEntry::parse_canonical` and by `verify`.
 
 use std::fmt;
 
@@ -66,6 +71,14 @@ pub enum JsonProblem {
         /// Byte offset of the first bad byte.
         offset: usize,
     },
+    /// Valid JSON, but not the RFC 8785 form of the value it holds (only [`parse_checked_canonical`]
+    /// reports this).
+    NotCanonical {
+        /// Byte offset of the first byte that differs from the canonical form.
+        offset: usize,
+        /// What the canonical form has there instead.
+        expected: &'static str,
+    },
 }
 
 impl JsonProblem {
@@ -88,6 +101,9 @@ impl fmt::Display for JsonProblem {
             Self::NumberOverflow { literal } => write!(f, "number {literal} overflows a double"),
             Self::LoneSurrogate { code_unit } => write!(f, "lone surrogate \\u{code_unit:04x}"),
             Self::InvalidUtf8 { offset } => write!(f, "invalid UTF-8 at byte {offset}"),
+            Self::NotCanonical { offset, expected } => {
+                write!(f, "not RFC 8785 canonical at byte {offset}: expected {expected}")
+            }
         }
     }
 }
@@ -138,7 +154,7 @@ impl From<JsonError> for crate::Error {
 
 /// Parses `bytes` as one I-JSON text: what every inbound message goes through.
 pub fn parse(bytes: &[u8]) -> Result<Value, JsonError> {
-    parse_with(bytes, false)
+    parse_with(bytes, false, false)
 }
 
 /// Parses JSON that RFC 8785 wrote, such as a stored ledger entry. JCS writes every number as a
@@ -146,19 +162,27 @@ pub fn parse(bytes: &[u8]) -> Result<Value, JsonError> {
 /// (`1e20` is written `100000000000000000000`); here such literals are read back as the doubles they
 /// are. Every other check of [`parse`] applies.
 pub fn parse_canonical(bytes: &[u8]) -> Result<Value, JsonError> {
-    parse_with(bytes, true)
+    parse_with(bytes, true, false)
 }
 
-fn parse_with(bytes: &[u8], big_integers_are_doubles: bool) -> Result<Value, JsonError> {
+/// [`parse_canonical`] that also proves the bytes are the RFC 8785 form of the value: anything else
+/// (whitespace, members out of order, a longer escape, `1.0` for `1`) is [`JsonProblem::NotCanonical`]
+/// at the first byte that differs. One pass: the check rides on the parse.
+pub fn parse_checked_canonical(bytes: &[u8]) -> Result<Value, JsonError> {
+    parse_with(bytes, true, true)
+}
+
+fn parse_with(bytes: &[u8], big_integers_are_doubles: bool, canonical: bool) -> Result<Value, JsonError> {
     let mut parser = Parser {
         bytes,
         pos: 0,
         path: Vec::new(),
         big_integers_are_doubles,
+        canonical,
     };
-    parser.skip_ws();
+    parser.skip_ws_checked()?;
     let value = parser.value(0)?;
-    parser.skip_ws();
+    parser.skip_ws_checked()?;
     if parser.pos != bytes.len() {
         return Err(parser.syntax("trailing characters after the value"));
     }
@@ -196,6 +220,8 @@ struct Parser<'a> {
     pos: usize,
     path: Vec<Segment>,
     big_integers_are_doubles: bool,
+    /// Refuse what RFC 8785 would not have written.
+    canonical: bool,
 }
 
 impl Parser<'_> {
@@ -228,6 +254,19 @@ impl Parser<'_> {
         }
     }
 
+    /// Whitespace, unless the text must be canonical (which has none).
+    fn skip_ws_checked(&mut self) -> Result<(), JsonError> {
+        if self.canonical && matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            return Err(self.not_canonical(self.pos, "no whitespace"));
+        }
+        self.skip_ws();
+        Ok(())
+    }
+
+    fn not_canonical(&self, offset: usize, expected: &'static str) -> JsonError {
+        self.fail(JsonProblem::NotCanonical { offset, expected })
+    }
+
     fn literal(&mut self, word: &[u8], value: Value) -> Result<Value, JsonError> {
         if self.bytes[self.pos..].starts_with(word) {
             self.pos += word.len();
@@ -256,23 +295,35 @@ impl Parser<'_> {
         }
         self.pos += 1;
         let mut map = Map::new();
-        self.skip_ws();
+        // The key before, in document order, when checking canonical form.
+        let mut previous: Option<String> = None;
+        self.skip_ws_checked()?;
         if self.peek() == Some(b'}') {
             self.pos += 1;
             return Ok(Value::Object(map));
         }
         loop {
-            self.skip_ws();
+            self.skip_ws_checked()?;
             if self.peek() != Some(b'"') {
                 return Err(self.syntax("expected a string key"));
             }
+            let key_at = self.pos;
             let key = self.string()?;
-            self.skip_ws();
+            if self.canonical {
+                if previous
+                    .as_deref()
+                    .is_some_and(|last: &str| key.encode_utf16().cmp(last.encode_utf16()).is_le())
+                {
+                    return Err(self.not_canonical(key_at, "members sorted by UTF-16 code units"));
+                }
+                previous = Some(key.clone());
+            }
+            self.skip_ws_checked()?;
             if self.peek() != Some(b':') {
                 return Err(self.syntax("expected `:`"));
             }
             self.pos += 1;
-            self.skip_ws();
+            self.skip_ws_checked()?;
             if map.contains_key(&key) {
                 self.path.push(Segment::Key(key.clone()));
                 let error = self.fail(JsonProblem::DuplicateKey { key: shorten(&key) });
@@ -286,7 +337,7 @@ impl Parser<'_> {
                 _ => return Err(self.syntax("internal error: path out of step")),
             };
             map.insert(key, value);
-            self.skip_ws();
+            self.skip_ws_checked()?;
             match self.peek() {
                 Some(b',') => self.pos += 1,
                 Some(b'}') => {
@@ -304,18 +355,18 @@ impl Parser<'_> {
         }
         self.pos += 1;
         let mut items = Vec::new();
-        self.skip_ws();
+        self.skip_ws_checked()?;
         if self.peek() == Some(b']') {
             self.pos += 1;
             return Ok(Value::Array(items));
         }
         loop {
-            self.skip_ws();
+            self.skip_ws_checked()?;
             self.path.push(Segment::Index(items.len()));
             let value = self.value(depth)?;
             self.path.pop();
             items.push(value);
-            self.skip_ws();
+            self.skip_ws_checked()?;
             match self.peek() {
                 Some(b',') => self.pos += 1,
                 Some(b']') => {
@@ -355,8 +406,12 @@ impl Parser<'_> {
                     return Ok(out);
                 }
                 Some(b'\\') => {
+                    let at = self.pos;
                     self.pos += 1;
                     self.escape(&mut out)?;
+                    if self.canonical {
+                        self.check_escape(at, out.chars().next_back())?;
+                    }
                 }
                 Some(_) => return Err(self.syntax("unescaped control character in a string")),
                 None => return Err(self.syntax("unterminated string")),
@@ -411,6 +466,40 @@ impl Parser<'_> {
         Ok(())
     }
 
+    /// The escape at `at` (just read, giving `c`) is the one RFC 8785 writes for `c`: the two-character
+    /// forms for `"`, `\\`, backspace, form feed, newline, carriage return and tab, `\u00xx` (lowercase)
+    /// for the other controls, and no escape at all for anything else.
+    fn check_escape(&self, at: usize, c: Option<char>) -> Result<(), JsonError> {
+        let written = &self.bytes[at..self.pos];
+        let canonical: &[u8] = match c {
+            Some('"') => b"\\\"",
+            Some('\\') => b"\\\\",
+            Some('\u{8}') => b"\\b",
+            Some('\u{c}') => b"\\f",
+            Some('\n') => b"\\n",
+            Some('\r') => b"\\r",
+            Some('\t') => b"\\t",
+            Some(c) if u32::from(c) < 0x20 => {
+                let mut buf = *b"\\u00xx";
+                let hex = b"0123456789abcdef";
+                let code = u32::from(c) as usize;
+                buf[4] = hex[code >> 4];
+                buf[5] = hex[code & 0xf];
+                return if written == buf {
+                    Ok(())
+                } else {
+                    Err(self.not_canonical(at, "a lowercase \\u00xx escape"))
+                };
+            }
+            _ => return Err(self.not_canonical(at, "the character itself, unescaped")),
+        };
+        if written == canonical {
+            Ok(())
+        } else {
+            Err(self.not_canonical(at, "the two-character escape"))
+        }
+    }
+
     fn hex4(&mut self) -> Result<u16, JsonError> {
         let digits = self
             .bytes
@@ -433,6 +522,24 @@ impl Parser<'_> {
             self.pos += 1;
         }
         self.pos - start
+    }
+
+    /// The number literal at `start` is what RFC 8785 writes for its double: ECMAScript's
+    /// `Number.prototype.toString` (both zeros are `0`).
+    fn check_number(&self, start: usize, literal: &str) -> Result<(), JsonError> {
+        let float: f64 = literal.parse().map_err(|_| self.syntax("number literal"))?;
+        let holds = if !float.is_finite() {
+            true // refused as an overflow by the parse itself
+        } else if float == 0.0 {
+            literal == "0"
+        } else {
+            ryu_js::Buffer::new().format_finite(float) == literal
+        };
+        if holds {
+            Ok(())
+        } else {
+            Err(self.not_canonical(start, "the number in its ECMAScript form"))
+        }
     }
 
     fn number(&mut self) -> Result<Value, JsonError> {
@@ -471,6 +578,9 @@ impl Parser<'_> {
         // The number grammar above admits ASCII only, so this cannot fail; map it anyway rather than panic.
         let literal = std::str::from_utf8(&self.bytes[start..self.pos])
             .map_err(|_| self.syntax("number is not ASCII"))?;
+        if self.canonical {
+            self.check_number(start, literal)?;
+        }
         if integer {
             let magnitude = &literal[usize::from(negative)..];
             let within =
@@ -505,6 +615,55 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn not_canonical(text: &str) -> (usize, &'static str) {
+        match parse_checked_canonical(text.as_bytes()) {
+            Err(JsonError {
+                problem: JsonProblem::NotCanonical { offset, expected },
+                ..
+            }) => (offset, expected),
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn canonical_check_accepts_what_rfc8785_writes() {
+        for text in [
+            r#"{"a":[1,-2,3.5,1e+21,0.000001,"x\u001f\n\"\\é😀/"],"b":{},"c":null,"d":true}"#,
+            r#"{"\r":1,"1":2,"€":3,"😀":4,"דּ":5}"#,
+            "[]",
+            "0",
+        ] {
+            assert!(parse_checked_canonical(text.as_bytes()).is_ok(), "{text}");
+            assert_eq!(
+                parse_checked_canonical(text.as_bytes()),
+                parse_canonical(text.as_bytes())
+            );
+        }
+    }
+
+    #[test]
+    fn canonical_check_names_the_first_byte_that_differs() {
+        assert_eq!(not_canonical(r#"{"a": 1}"#).0, 5);
+        assert_eq!(not_canonical("{\"a\":1}\n").0, 7);
+        assert_eq!(
+            not_canonical(r#"{"b":1,"a":2}"#),
+            (7, "members sorted by UTF-16 code units")
+        );
+        // UTF-16 order, not code point order: U+1F600 sorts before U+FB33.
+        assert_eq!(not_canonical(r#"{"דּ":1,"😀":2}"#).0, 9);
+        assert_eq!(not_canonical(r#"["\/"]"#), (2, "the character itself, unescaped"));
+        assert_eq!(
+            not_canonical(r#"["\u0041"]"#),
+            (2, "the character itself, unescaped")
+        );
+        assert_eq!(not_canonical(r#"["\u000a"]"#), (2, "the two-character escape"));
+        assert_eq!(not_canonical(r#"["\u001F"]"#), (2, "a lowercase \\u00xx escape"));
+        assert_eq!(not_canonical("[1.0]"), (1, "the number in its ECMAScript form"));
+        assert_eq!(not_canonical("[1e2]").0, 1);
+        assert_eq!(not_canonical("[-0]").0, 1);
+        assert_eq!(not_canonical("[1E+21]").0, 1);
+    }
 
     fn problem(text: &[u8]) -> JsonError {
         parse(text).expect_err("should be refused")

@@ -12,14 +12,29 @@ use crate::ijson::{self, JsonError, JsonProblem, MAX_SAFE_INTEGER};
 /// The canonical bytes of `value`.
 pub fn to_vec(value: &Value) -> Result<Vec<u8>, JsonError> {
     let mut out = Vec::with_capacity(128);
-    write_value(&mut out, value).map_err(|(problem, mut segments)| {
+    write_into(&mut out, value)?;
+    Ok(out)
+}
+
+/// Appends the canonical bytes of `value` to `out` (what [`to_vec`] returns).
+pub fn write_into(out: &mut Vec<u8>, value: &Value) -> Result<(), JsonError> {
+    write_value(out, value).map_err(|(problem, mut segments)| {
         segments.reverse();
         JsonError {
             problem,
             path: segments.concat(),
         }
-    })?;
-    Ok(out)
+    })
+}
+
+/// The order RFC 8785 puts object members in: by the UTF-16 code units of their names.
+pub fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        // ASCII is one code unit a byte: the common case without the UTF-16 walk.
+        a.cmp(b)
+    } else {
+        a.encode_utf16().cmp(b.encode_utf16())
+    }
 }
 
 /// Canonicalizes a JSON text the way RFC 8785 does: every number a double. Duplicate keys, invalid
@@ -59,7 +74,7 @@ fn write_value(out: &mut Vec<u8>, value: &Value) -> Result<(), WriteError> {
         }
         Value::Object(map) => {
             let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            members.sort_by(|(a, _), (b, _)| key_order(a, b));
             out.push(b'{');
             for (index, (key, item)) in members.into_iter().enumerate() {
                 if index > 0 {
@@ -117,25 +132,39 @@ fn write_number(out: &mut Vec<u8>, number: &serde_json::Number) -> Result<(), Wr
     Ok(())
 }
 
-fn write_string(out: &mut Vec<u8>, text: &str) {
+/// Appends `text` as an RFC 8785 string: quoted, with ECMAScript's escapes and nothing else escaped.
+pub fn write_string(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
-    for c in text.chars() {
-        match c {
-            '"' => out.extend_from_slice(b"\\\""),
-            '\\' => out.extend_from_slice(b"\\\\"),
-            '\u{8}' => out.extend_from_slice(b"\\b"),
-            '\u{c}' => out.extend_from_slice(b"\\f"),
-            '\n' => out.extend_from_slice(b"\\n"),
-            '\r' => out.extend_from_slice(b"\\r"),
-            '\t' => out.extend_from_slice(b"\\t"),
-            c if u32::from(c) < 0x20 => out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes()),
-            c => {
-                let mut buf = [0u8; 4];
-                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-            }
+    // Runs of characters that need no escape are copied at once.
+    let mut plain = 0;
+    for (at, b) in text.bytes().enumerate() {
+        if b == b'"' || b == b'\\' || b < 0x20 {
+            out.extend_from_slice(&text.as_bytes()[plain..at]);
+            plain = at + 1;
+            write_escape(out, b);
         }
     }
+    out.extend_from_slice(&text.as_bytes()[plain..]);
     out.push(b'"');
+}
+
+/// The escape of an ASCII byte that needs one.
+fn write_escape(out: &mut Vec<u8>, b: u8) {
+    match b {
+        b'"' => out.extend_from_slice(b"\\\""),
+        b'\\' => out.extend_from_slice(b"\\\\"),
+        0x08 => out.extend_from_slice(b"\\b"),
+        0x0c => out.extend_from_slice(b"\\f"),
+        b'\n' => out.extend_from_slice(b"\\n"),
+        b'\r' => out.extend_from_slice(b"\\r"),
+        b'\t' => out.extend_from_slice(b"\\t"),
+        _ => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(b >> 4)]);
+            out.push(HEX[usize::from(b & 0xf)]);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -15,8 +15,6 @@ use async_nats::HeaderMap;
 use async_nats::header::{HeaderValue, NATS_MESSAGE_ID};
 use async_nats::jetstream;
 use bytes::Bytes;
-use cloudevents::AttributesReader;
-use cloudevents::event::ExtensionValue;
 use serde_json::Value;
 use sha2::Digest;
 use toolledger_schemas::EventClass;
@@ -25,6 +23,7 @@ use crate::binding::{Mode, encode};
 use crate::decode::structured_event;
 use crate::entry::hex;
 use crate::envelope::{is_agenttool_event, map_agenttool_event};
+use crate::event::ExtensionValue;
 use crate::subject::{Tenant, inbound_subject};
 use crate::{Error, Result, ijson};
 

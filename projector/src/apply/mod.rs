@@ -1,7 +1,7 @@
 //! Applying one ledger entry to the projection, inside the caller's transaction.
 //!
 //! ```text
-//! entry bytes ─▶ LedgerEntry::from_bytes ─▶ events row (always; `problem` when it goes no further)
+//! entry bytes ─▶ LedgerEntry::parse ─▶ events row (always; `problem` when it goes no further)
 //!             ─▶ class ─▶ contract(class) ─▶ Data::decode_for ─▶ sessions
 //!                  ├─ invocation classes ─▶ state::step ─▶ invocations, transitions, anomalies,
 //!                  │                          inputs and mutations, decisions, hooks, progress, results
@@ -81,7 +81,7 @@ pub(crate) fn apply_entry(
 ) -> Result<String> {
     let leaf = toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes));
     let seq = i64::try_from(seq).unwrap_or(i64::MAX);
-    let json = match LedgerEntry::from_bytes(bytes).and_then(|entry| entry.to_json()) {
+    let json = match LedgerEntry::parse(bytes).and_then(|entry| entry.to_json()) {
         Ok(json) => json,
         Err(error) => {
             tracing::warn!(seq, %error, "ledger entry does not decode; indexed with its problem");

@@ -5,7 +5,7 @@ use std::future::Future;
 use toolledger_core::config::Config;
 use toolledger_core::telemetry::{self, Telemetry};
 use toolledger_ingest::metrics::IngestMetrics;
-use toolledger_ingest::service::{self, IngestSettings};
+use toolledger_ingest::session::{self, IngestSettings};
 
 use super::init::{connect, nats_url};
 
@@ -37,7 +37,7 @@ pub async fn run(
     let url = nats_url(&config, args.nats_url.as_deref())?;
     // Fail fast on a wrong URL; the service makes its own connections.
     connect(&url, "toolledger-ingest").await?;
-    let connector = service::Connector {
+    let connector = session::Connector {
         url,
         name: "toolledger-ingest".to_owned(),
     };
@@ -53,7 +53,7 @@ pub async fn run(
     settings.batch_size = args.batch_size.max(1);
     settings.ack_wait = std::time::Duration::from_millis(args.ack_wait_ms.max(100));
     settings.lease_ttl = std::time::Duration::from_millis(args.lease_ttl_ms.max(300));
-    let result = service::run(connector, settings, metrics, telemetry.health().clone(), shutdown).await;
+    let result = session::run(connector, settings, metrics, telemetry.health().clone(), shutdown).await;
     let _ = stop_tx.send(());
     let _ = server.await;
     println!("toolledger ingest: stopped");

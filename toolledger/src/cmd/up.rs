@@ -19,7 +19,7 @@ use toolledger_core::config::Config;
 use toolledger_core::nats_server::{NatsServer, NatsServerSpec};
 use toolledger_core::telemetry::{self, Telemetry};
 use toolledger_ingest::metrics::IngestMetrics;
-use toolledger_ingest::service::{self, IngestSettings};
+use toolledger_ingest::session::{self, IngestSettings};
 use toolledger_wire::streams::{ContractSettings, Ensured, INBOUND, LEDGER, ensure_contract};
 
 /// Flags of `toolledger up`.
@@ -117,8 +117,8 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
 
     let ingest_metrics = telemetry.register(IngestMetrics::register);
     let (ingest_stop, ingest_stopped) = tokio::sync::oneshot::channel::<()>();
-    let ingest = tokio::spawn(service::run(
-        service::Connector {
+    let ingest = tokio::spawn(session::run(
+        session::Connector {
             url: url.clone(),
             name: "toolledger-up-ingest".to_owned(),
         },

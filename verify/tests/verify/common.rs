@@ -12,7 +12,6 @@ use toolledger_merkle::{NoteSigner, TileStore, Verifiers};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::NatsFixture;
 use toolledger_verify::{Report, VerifyOptions, verify_ledger};
-use toolledger_wire::cloudevents::AttributesReader;
 use toolledger_wire::streams::{self, ContractSettings, LEDGER};
 use toolledger_wire::{LedgerEntry, Mode, produce};
 

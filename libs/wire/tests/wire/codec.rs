@@ -1,16 +1,17 @@
-//! Property tests: encode → decode is identity in both modes; arbitrary bytes and headers never panic
-//! the decoder; canonicalization is idempotent and blind to key order and whitespace.
+//! Property tests: encode → decode is identity in both modes; the event writes the same RFC 8785 bytes
+//! as the CloudEvents SDK's JSON form canonicalized (what every entry held before toolledger owned
+//! its event type); arbitrary bytes and headers never panic the decoder; canonicalization is idempotent
+//! and blind to key order and whitespace, and the canonical-form check accepts exactly its output.
 
 use async_nats::HeaderMap;
 use async_nats::header::{HeaderName, HeaderValue};
 use chrono::{DateTime, Utc};
 use proptest::prelude::*;
+use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 use toolledger_schemas::EventClass;
-use toolledger_wire::cloudevents::event::{EventBuilder, EventBuilderV10, ExtensionValue};
-use toolledger_wire::cloudevents::{Data, Event};
 use toolledger_wire::subject::inbound_subject;
-use toolledger_wire::{Mode, Tenant, binding, decode, jcs};
+use toolledger_wire::{Event, ExtensionValue, Mode, Tenant, binding, decode, ijson, jcs};
 
 use super::TENANT;
 
@@ -94,26 +95,23 @@ prop_compose! {
         extensions in prop::collection::btree_map("[a-z0-9]{1,12}", extension_value(binary), 0..4),
         data in prop::option::of(json_object()),
     ) -> Event {
-        let mut builder = EventBuilderV10::new().id(id).source(source).ty(class.as_str()).extension("tenant", TENANT);
-        if let Some(subject) = subject { builder = builder.subject(subject); }
-        if let Some(time) = time { builder = builder.time(time); }
-        if let Some(session) = session { builder = builder.extension("sessionid", session); }
+        let mut event = Event::new(id, class.as_str(), source);
+        event.set_extension("tenant", TENANT);
+        event.subject = subject;
+        event.time = time;
+        if let Some(session) = session { event.set_extension("sessionid", session.as_str()); }
         for (name, value) in extensions {
-            if !RESERVED.contains(&name.as_str()) { builder = builder.extension(&name, value); }
+            if !RESERVED.contains(&name.as_str()) { event.extensions.insert(name, value); }
         }
-        let mut event = builder.build().expect("generated event builds");
         if let Some(data) = data {
-            match content_type {
-                Some(ct) => { event.set_data(ct, data); }
-                None => { event.set_data_unchecked(Data::Json(data)); }
-            }
+            event.datacontenttype = content_type.map(str::to_owned);
+            event.data = Some(data);
         }
         event
     }
 }
 
 fn subject_of(event: &Event) -> String {
-    use toolledger_wire::cloudevents::AttributesReader;
     let class: EventClass = event.ty().parse().expect("known class");
     inbound_subject(&Tenant::parse(TENANT).expect("tenant"), class)
 }
@@ -135,6 +133,30 @@ proptest! {
         let decoded = decode(&subject_of(&event), Some(&headers), &payload).expect("decodes");
         prop_assert_eq!(decoded.origin, toolledger_wire::Origin::Structured);
         prop_assert_eq!(decoded.event, event);
+    }
+
+    #[test]
+    fn event_bytes_equal_the_sdk_json_form_canonicalized(event in event(false)) {
+        let sdk = cloudevents::Event::deserialize(event.to_json()).expect("the SDK reads the JSON form");
+        let sdk_json = serde_json::to_value(&sdk).expect("the SDK writes its JSON form");
+        let bytes = event.canonical_bytes().expect("writes");
+        prop_assert_eq!(&bytes, &jcs::to_vec(&sdk_json).expect("canonicalizes"));
+        prop_assert_eq!(&bytes, &jcs::to_vec(&event.to_json()).expect("canonicalizes"));
+        // The JSON form reads back to the same event.
+        prop_assert_eq!(Event::from_json(sdk_json).expect("reads"), event);
+    }
+
+    #[test]
+    fn canonical_form_check_accepts_canonical_bytes_and_refuses_any_other_spelling(
+        value in json_value(), rotate in 0usize..7, ws in 0usize..4,
+    ) {
+        let canonical = jcs::to_vec(&value).expect("canonicalizes");
+        prop_assert!(ijson::parse_checked_canonical(&canonical).is_ok(), "{}", String::from_utf8_lossy(&canonical));
+        let mut other = String::new();
+        write_shuffled(&value, rotate, [" ", "\n", "\t", "\r\n "][ws], &mut other);
+        // Whitespace around every token makes any value that has a token boundary non-canonical.
+        let refused = ijson::parse_checked_canonical(other.as_bytes()).is_err();
+        prop_assert_eq!(refused, other.as_bytes() != canonical.as_slice());
     }
 
     #[test]
@@ -281,13 +303,8 @@ fn write_shuffled(value: &Value, rotate: usize, ws: &str, out: &mut String) {
 fn header_map_refuses_cr_lf_through_the_fallible_constructor() {
     assert!("a\r\nb".parse::<HeaderValue>().is_err());
     // Percent-encoding keeps such values off the header line entirely.
-    let event = EventBuilderV10::new()
-        .id("a\r\nb")
-        .source("s")
-        .ty("tool.declared")
-        .extension("tenant", TENANT)
-        .build()
-        .expect("event");
+    let mut event = Event::new("a\r\nb", "tool.declared", "s");
+    event.set_extension("tenant", TENANT);
     let (headers, _) = binding::encode(&event, Mode::Binary).expect("encodes");
     assert_eq!(binding::header(&headers, "CE-ID"), Some("a%0D%0Ab"));
 }

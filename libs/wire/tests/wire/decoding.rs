@@ -2,7 +2,6 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use toolledger_wire::cloudevents::AttributesReader;
 use toolledger_wire::ijson::JsonProblem;
 use toolledger_wire::{Error, LedgerEntry, Origin, QuarantineReason, decode};
 
@@ -102,7 +101,7 @@ fn agenttool_event_envelope_becomes_an_entry_that_keeps_its_trace_refs() {
         )
     );
     assert_eq!(entry.leaf_hash().unwrap(), toolledger_merkle::leaf_hash(&bytes));
-    let back = LedgerEntry::from_bytes(&bytes).unwrap();
+    let back = LedgerEntry::parse(&bytes).unwrap();
     assert_eq!(back, entry);
     assert_eq!(back.canonical_bytes().unwrap(), bytes);
 }
@@ -237,18 +236,13 @@ fn binary_data_that_is_not_ijson_names_its_path_under_data() {
 
 #[test]
 fn binary_and_structured_encodings_golden() {
-    use toolledger_wire::cloudevents::event::{EventBuilder, EventBuilderV10};
-    use toolledger_wire::{Mode, binding};
-    let event = EventBuilderV10::new()
-        .id("a b")
-        .source("agent://a")
-        .ty("tool.invocation.started")
-        .subject("é\"%")
-        .time("2026-01-02T03:04:05.25+00:00")
-        .extension("tenant", "acme")
-        .data("application/json", json!({"k": 1}))
-        .build()
-        .unwrap();
+    use toolledger_wire::{Event, Mode, binding};
+    let mut event = Event::new("a b", "tool.invocation.started", "agent://a");
+    event.subject = Some("é\"%".to_owned());
+    event.time = Some("2026-01-02T03:04:05.25+00:00".parse::<DateTime<Utc>>().unwrap());
+    event.set_extension("tenant", "acme");
+    event.datacontenttype = Some("application/json".to_owned());
+    event.data = Some(json!({"k": 1}));
 
     let (h, payload) = binding::encode(&event, Mode::Binary).unwrap();
     let mut pairs: Vec<(String, String)> = h

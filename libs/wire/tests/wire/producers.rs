@@ -5,7 +5,6 @@
 use std::process::Command;
 
 use toolledger_testkit::{NatsFixture, python};
-use toolledger_wire::cloudevents::AttributesReader;
 use toolledger_wire::{LedgerEntry, Origin, decode, streams};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,11 +1,11 @@
-//! `toolledger ingest`: the service loop.
+//! `toolledger ingest`: the session loop around the per-event [`crate::pipeline`].
 //!
 //! ```text
 //! acquire lease ─▶ open appender at the ledger tail ─▶ catch the identity index up to the tail
 //!   ─▶ loop: fetch ≤ batch from ATL_INBOUND
-//!            ├─ classify (blocking thread): decode ▸ validate ▸ scrub ▸ digest ▸ dedupe
-//!            │  (decode/validate and digest/canonicalize spread over the cores; scrub and dedupe in order)
-//!            ├─ rejects: original ─▶ ATL_QUARANTINE, receipt ─▶ batch
+//!            ├─ pipeline::classify_batch (blocking thread): decode ▸ validate ▸ scrub ▸ seal ▸ dedupe
+//!            ├─ pipeline::offload for entries whose payloads move; rejects: original ─▶ ATL_QUARANTINE,
+//!            │  receipt ─▶ batch
 //!            ├─ append the batch (entries and receipts, in inbound order), grow the Merkle tree;
 //!            │  sign a checkpoint every N entries or T seconds
 //!            ├─ index the new identities with the new position (one transaction)
@@ -17,7 +17,7 @@
 //! holds it. Any failure ends the session: the loop starts again from the top, re-reading the
 //! ledger tail, and unacked messages come back; duplicate detection drops what had already landed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -27,19 +27,19 @@ use async_nats::jetstream::{self, AckKind, consumer::pull};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use toolledger_merkle::NoteSigner;
-use toolledger_wire::entry::hex;
+use toolledger_wire::LedgerEntry;
 use toolledger_wire::streams::{INBOUND, LEDGER};
-use toolledger_wire::{LedgerEntry, LedgerMetadata, Origin, QuarantineReason, Tenant};
 
 use crate::append::{Appender, PendingEntry, read_range};
 use crate::checkpoint::{self, CheckpointSettings, Checkpointer};
 use crate::dedupe::{IdentityIndex, IdentityKey};
 use crate::lease::{LEASE_BUCKET, Lease};
 use crate::metrics::IngestMetrics;
-use crate::payload::{BlobStore, OffloadConfig, Offloader, UploadCollector, UploadName};
+use crate::payload::{OffloadConfig, UploadCollector};
+use crate::pipeline::{self, Offloaded, Stages, Verdict};
 use crate::poison;
-use crate::quarantine::{self, Original, Rejection};
-use crate::scrub::{ScrubConfig, Scrubber};
+use crate::quarantine::{self, Original};
+use crate::scrub::ScrubConfig;
 use crate::{Error, Result};
 
 /// How ingest runs.
@@ -197,74 +197,50 @@ pub async fn run(
     Ok(())
 }
 
-/// The stages that need state of their own: the scrubber (key and the sensitivity its
-/// declarations taught it) and the payload stores.
-struct Stages {
-    scrubber: Mutex<Scrubber>,
-    offloader: Offloader,
-    uploads: UploadCollector,
-}
-
-impl Stages {
-    fn open(settings: &IngestSettings) -> Result<Self> {
-        let scrubber = Scrubber::open(&settings.data_dir, &settings.scrub)?;
-        let mut store_config = crate::payload::BlobStoreConfig::new(settings.blob_store.clone());
-        store_config.options = settings.blob_store_options.clone();
-        let store = BlobStore::open_with(&store_config)?;
-        Ok(Self {
-            scrubber: Mutex::new(scrubber),
-            offloader: Offloader::new(store.clone(), &settings.offload),
-            uploads: UploadCollector::new(store).with_max_upload(settings.max_upload_bytes),
+/// Teaches the scrubber every declaration already in the ledger, so fields a tool declares
+/// sensitive are scrubbed after a restart too.
+async fn learn_declarations(stages: &Stages, js: &jetstream::Context) -> Result<()> {
+    let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
+        stream: LEDGER.to_owned(),
+        reason: e.to_string(),
+    };
+    let filter = "atl.ledger.*.tool.declared";
+    let ledger = js.get_stream(LEDGER).await.map_err(|e| stream_error(&e))?;
+    let count: usize = ledger
+        .info_with_subjects(filter)
+        .await
+        .map_err(|e| stream_error(&e))?
+        .map(|subject| subject.map(|(_, n)| n).unwrap_or(0))
+        .fold(0, |total, n| async move { total + n })
+        .await;
+    if count == 0 {
+        return Ok(());
+    }
+    let consumer = ledger
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: filter.to_owned(),
+            ..Default::default()
         })
+        .await
+        .map_err(|e| stream_error(&e))?;
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|e| stream_error(&e))?
+        .take(count);
+    let mut declarations = Vec::with_capacity(count);
+    while let Some(message) = messages.next().await {
+        let message = message.map_err(|e| stream_error(&e))?;
+        if let Ok(entry) = LedgerEntry::parse(&message.payload) {
+            declarations.push(entry.event.into_json());
+        }
     }
-
-    /// Teaches the scrubber every declaration already in the ledger, so fields a tool declares
-    /// sensitive are scrubbed after a restart too.
-    async fn learn_declarations(&self, js: &jetstream::Context) -> Result<()> {
-        let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
-            stream: LEDGER.to_owned(),
-            reason: e.to_string(),
-        };
-        let filter = "atl.ledger.*.tool.declared";
-        let ledger = js.get_stream(LEDGER).await.map_err(|e| stream_error(&e))?;
-        let count: usize = ledger
-            .info_with_subjects(filter)
-            .await
-            .map_err(|e| stream_error(&e))?
-            .map(|subject| subject.map(|(_, n)| n).unwrap_or(0))
-            .fold(0, |total, n| async move { total + n })
-            .await;
-        if count == 0 {
-            return Ok(());
-        }
-        let consumer = ledger
-            .create_consumer(pull::OrderedConfig {
-                filter_subject: filter.to_owned(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| stream_error(&e))?;
-        let mut messages = consumer
-            .messages()
-            .await
-            .map_err(|e| stream_error(&e))?
-            .take(count);
-        let mut declarations = Vec::with_capacity(count);
-        while let Some(message) = messages.next().await {
-            let message = message.map_err(|e| stream_error(&e))?;
-            if let Ok(entry) = LedgerEntry::from_bytes(&message.payload)
-                && let Ok(event) = entry.event_json()
-            {
-                declarations.push(event);
-            }
-        }
-        let mut scrubber = self.scrubber.lock().unwrap_or_else(PoisonError::into_inner);
-        for event in &declarations {
-            scrubber.observe(event);
-        }
-        tracing::info!(declarations = count, "scrubber learned the ledger's declarations");
-        Ok(())
+    let mut scrubber = stages.scrubber.lock().unwrap_or_else(PoisonError::into_inner);
+    for event in &declarations {
+        scrubber.observe(event);
     }
+    tracing::info!(declarations = count, "scrubber learned the ledger's declarations");
+    Ok(())
 }
 
 /// How ingest reaches NATS. Every session connects afresh: a message with a bare CR in a header
@@ -353,7 +329,7 @@ impl Session {
         )
         .await?;
         catch_up_index(js, index, appender.last_seq()).await?;
-        stages.learn_declarations(js).await?;
+        learn_declarations(stages, js).await?;
         metrics
             .last_seq
             .set(i64::try_from(appender.last_seq()).unwrap_or(i64::MAX));
@@ -556,7 +532,7 @@ impl Session {
             let index = Arc::clone(index);
             let originals = originals.clone();
             let stages = Arc::clone(&self.stages);
-            tokio::task::spawn_blocking(move || classify_batch(&originals, &index, &stages))
+            tokio::task::spawn_blocking(move || pipeline::classify_batch(&originals, &index, &stages))
                 .await
                 .map_err(|e| Error::IdentityIndex {
                     reason: e.to_string(),
@@ -578,7 +554,7 @@ impl Session {
                             entry,
                             uploads: Vec::new(),
                         },
-                        None => offload(&self.js, &self.stages, *prepared).await?,
+                        None => pipeline::offload(&self.js, &self.stages, *prepared).await?,
                     };
                     match offloaded {
                         Offloaded::Entry { entry, uploads: used } => {
@@ -597,11 +573,11 @@ impl Session {
                 Verdict::Append(_) => {}
                 Verdict::Duplicate => duplicates += 1,
                 Verdict::Reject(rejection) => {
-                    let kept = scrubbed_original(original, &self.stages.scrubber);
+                    let kept = pipeline::reject::scrubbed_original(original, &self.stages.scrubber);
                     let quarantined = quarantine::publish(&self.js, &kept, &rejection).await?;
                     metrics.quarantined(rejection.reason);
                     let receipt = quarantine::receipt_event(original, &rejection, &quarantined);
-                    let (entry, key, digest) = ledger_own_entry(receipt, original.published)?;
+                    let (entry, key, digest) = pipeline::own_entry(receipt, original.published)?;
                     pending.push(entry);
                     identities.push((key, digest));
                     receipts.push(true);
@@ -675,442 +651,6 @@ fn original_of(message: &jetstream::Message) -> Original {
     }
 }
 
-/// What to do with one inbound message.
-enum Verdict {
-    Append(Box<Prepared>),
-    Duplicate,
-    Reject(Rejection),
-}
-
-/// Decodes, validates, scrubs, digests and deduplicates a batch; runs on a blocking thread.
-///
-/// The per-event work that does not depend on other events (decoding and validation; the digest and
-/// the canonical entry) is spread over the machine's cores; scrubbing runs in inbound order, because a
-/// `tool.declared` earlier in the batch changes what is sensitive in the events after it, and so does
-/// deduplication, because a batch can hold the same identity twice.
-fn classify_batch(
-    originals: &[Original],
-    index: &Mutex<IdentityIndex>,
-    stages: &Stages,
-) -> Result<Vec<Verdict>> {
-    let mut checked = parallel_map(originals.iter().collect(), check);
-    {
-        let mut scrubber = stages.scrubber.lock().unwrap_or_else(PoisonError::into_inner);
-        for checked in checked.iter_mut().flatten() {
-            // Secrets never reach the ledger: scrubbed before the digest, so duplicates compare scrubbed.
-            checked.scrubbed = scrubber.scrub(&mut checked.json);
-        }
-    }
-    let prepared = parallel_map(checked, |checked| {
-        checked.and_then(|checked| finish(checked, &stages.offloader))
-    });
-
-    let index = lock(index);
-    let mut in_batch: HashMap<IdentityKey, [u8; 32]> = HashMap::new();
-    let mut verdicts = Vec::with_capacity(originals.len());
-    for prepared in prepared {
-        let verdict = match prepared {
-            Err(rejection) => Verdict::Reject(rejection),
-            Ok(prepared) => {
-                let known = match in_batch.get(&prepared.key) {
-                    Some(digest) => Some(*digest),
-                    None => index.lookup(&prepared.key)?.map(|r| r.digest),
-                };
-                match known {
-                    None => {
-                        in_batch.insert(prepared.key, prepared.digest);
-                        Verdict::Append(Box::new(prepared))
-                    }
-                    Some(digest) if digest == prepared.digest => Verdict::Duplicate,
-                    Some(_) => Verdict::Reject(Rejection {
-                        reason: QuarantineReason::DuplicateConflict,
-                        detail:
-                            "an event with this tenant, source and id was already ingested with other content"
-                                .to_owned(),
-                        tenant: prepared.tenant,
-                        event_id: Some(prepared.event_id),
-                    }),
-                }
-            }
-        };
-        verdicts.push(verdict);
-    }
-    Ok(verdicts)
-}
-
-/// `f` over `items` on up to one thread per core, in order. Small inputs stay on this thread.
-fn parallel_map<T: Send, U: Send>(mut items: Vec<T>, f: impl Fn(T) -> U + Sync) -> Vec<U> {
-    /// Below this many items per thread, starting a thread costs more than it saves.
-    const MIN_PER_THREAD: usize = 16;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(items.len() / MIN_PER_THREAD)
-        .max(1);
-    if threads == 1 {
-        return items.into_iter().map(f).collect();
-    }
-    let per_thread = items.len().div_ceil(threads);
-    let mut chunks = Vec::with_capacity(threads);
-    while items.len() > per_thread {
-        chunks.push(items.split_off(items.len() - per_thread));
-    }
-    chunks.push(items);
-    chunks.reverse();
-    let f = &f;
-    std::thread::scope(|scope| {
-        let mut rest = chunks.into_iter();
-        let first = rest.next().unwrap_or_default();
-        let handles: Vec<_> = rest
-            .map(|chunk| scope.spawn(move || chunk.into_iter().map(f).collect::<Vec<U>>()))
-            .collect();
-        let mut out: Vec<U> = first.into_iter().map(f).collect();
-        for handle in handles {
-            match handle.join() {
-                Ok(part) => out.extend(part),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        out
-    })
-}
-
-/// A decoded event that passed validation, not yet scrubbed.
-struct Checked {
-    entry: LedgerEntry,
-    json: serde_json::Value,
-    scrubbed: Vec<String>,
-    class: toolledger_schemas::EventClass,
-    tenant: Tenant,
-    source: String,
-    event_id: String,
-}
-
-/// A decoded, validated, scrubbed event with its identity; payloads not yet offloaded.
-struct Prepared {
-    entry: LedgerEntry,
-    /// The scrubbed event as JSON, what offloading works on.
-    json: serde_json::Value,
-    class: toolledger_schemas::EventClass,
-    key: IdentityKey,
-    digest: [u8; 32],
-    tenant: Tenant,
-    event_id: String,
-    /// The ledger entry, when nothing in the event can move to the blob store.
-    ready: Option<PendingEntry>,
-}
-
-fn tenant_of_subject(subject: &str) -> Tenant {
-    toolledger_wire::subject::InboundSubject::parse(subject)
-        .map_or_else(|_| Tenant::unroutable(), |s| s.tenant)
-}
-
-fn reject(tenant: &Tenant, error: &toolledger_wire::Error, event_id: Option<String>) -> Rejection {
-    Rejection {
-        reason: error.quarantine_reason().unwrap_or(QuarantineReason::BadEnvelope),
-        detail: error.to_string(),
-        tenant: tenant.clone(),
-        event_id,
-    }
-}
-
-/// decode ▸ validate, or the rejection that says why not.
-fn check(original: &Original) -> std::result::Result<Checked, Rejection> {
-    if original.raw_headers.is_some() {
-        return Err(Rejection {
-            reason: QuarantineReason::PoisonMessage,
-            detail: "headers the NATS client cannot parse (invalid UTF-8, or a bare CR or LF)".to_owned(),
-            tenant: tenant_of_subject(&original.subject),
-            event_id: None,
-        });
-    }
-    let decoded = toolledger_wire::decode(&original.subject, original.headers.as_ref(), &original.payload)
-        .map_err(|e| reject(&tenant_of_subject(&original.subject), &e, None))?;
-    let event_id = toolledger_wire::cloudevents::AttributesReader::id(&decoded.event).to_owned();
-    let source = toolledger_wire::cloudevents::AttributesReader::source(&decoded.event).to_string();
-    let tenant = decoded.tenant.clone();
-    let class = decoded.class;
-    let entry = LedgerEntry::new(decoded, Utc::now());
-    let json = entry
-        .event_json()
-        .map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
-    if let Err(error) = toolledger_schemas::validate_event(&json) {
-        return Err(Rejection {
-            reason: match error {
-                toolledger_schemas::EventError::UnknownClass(_) => QuarantineReason::UnknownClass,
-                _ => QuarantineReason::SchemaViolation,
-            },
-            detail: error.to_string(),
-            tenant,
-            event_id: Some(event_id),
-        });
-    }
-    Ok(Checked {
-        entry,
-        json,
-        scrubbed: Vec::new(),
-        class,
-        tenant,
-        source,
-        event_id,
-    })
-}
-
-/// The scrubbed event's digest and identity, and its ledger entry when nothing in it can move to
-/// the blob store (otherwise [`offload`] makes the entry).
-fn finish(checked: Checked, offloader: &Offloader) -> std::result::Result<Prepared, Rejection> {
-    let Checked {
-        mut entry,
-        json,
-        scrubbed,
-        class,
-        tenant,
-        source,
-        event_id,
-    } = checked;
-    if !scrubbed.is_empty() {
-        entry.event = toolledger_wire::decode::structured_event(json.clone())
-            .map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
-        entry.ledger.scrubbed_paths = scrubbed;
-    }
-    let stays_inline = !offloader.may_move(&json)
-        && UploadCollector::find_uploads(&json).is_ok_and(|uploads| uploads.is_empty());
-    let (digest, ready) = if stays_inline {
-        let (digest, bytes) = entry
-            .seal()
-            .map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
-        let subject = toolledger_wire::subject::ledger_subject(&tenant, class);
-        (digest, Some(PendingEntry::new(subject, bytes.into())))
-    } else {
-        let digest = entry
-            .content_digest()
-            .map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
-        entry.ledger.content_digest = Some(format!("sha256:{}", hex(&digest)));
-        (digest, None)
-    };
-    Ok(Prepared {
-        key: IdentityKey::new(tenant.as_str(), &source, &event_id),
-        entry,
-        json,
-        class,
-        digest,
-        tenant,
-        event_id,
-        ready,
-    })
-}
-
-/// One inbound message through decode ▸ validate ▸ scrub ▸ digest ▸ offload ▸ canonicalize as a
-/// batch of one, without NATS or the identity index, ingested at `ingested_at`: the entry bytes and
-/// content digest ingest would append, or the rejection. For the golden byte-identity test of
-/// entries; producer uploads (which need NATS) are not copied.
-#[doc(hidden)]
-pub async fn entry_for_message(
-    original: &Original,
-    scrubber: &mut Scrubber,
-    offloader: &Offloader,
-    ingested_at: DateTime<Utc>,
-) -> Result<std::result::Result<(Vec<u8>, [u8; 32]), Rejection>> {
-    let mut checked = match check(original) {
-        Ok(checked) => checked,
-        Err(rejection) => return Ok(Err(rejection)),
-    };
-    checked.entry.ledger.ingested_at = ingested_at;
-    checked.scrubbed = scrubber.scrub(&mut checked.json);
-    let prepared = match finish(checked, offloader) {
-        Ok(prepared) => prepared,
-        Err(rejection) => return Ok(Err(rejection)),
-    };
-    let digest = prepared.digest;
-    if let Some(ready) = prepared.ready {
-        return Ok(Ok((ready.bytes.to_vec(), digest)));
-    }
-    let Prepared {
-        mut entry,
-        mut json,
-        tenant,
-        event_id,
-        ..
-    } = prepared;
-    let refs = offloader.offload(&tenant, &mut json).await?;
-    if !refs.is_empty() {
-        entry.event = toolledger_wire::decode::structured_event(json).map_err(|e| Error::LedgerOwnEvent {
-            reason: format!("offloaded event {event_id}: {e}"),
-        })?;
-        entry.ledger.payload_refs = refs;
-    }
-    let bytes = entry.canonical_bytes().map_err(|e| Error::LedgerOwnEvent {
-        reason: format!("canonicalizing {event_id}: {e}"),
-    })?;
-    Ok(Ok((bytes, digest)))
-}
-
-/// A ledger-own event (a quarantine receipt) as ingest appends it: its entry bytes and content
-/// digest. For the golden byte-identity test of entries.
-#[doc(hidden)]
-pub fn ledger_own_entry_bytes(
-    event: serde_json::Value,
-    ingested_at: DateTime<Utc>,
-) -> Result<(Vec<u8>, [u8; 32])> {
-    let (entry, _, digest) = ledger_own_entry(event, ingested_at)?;
-    Ok((entry.bytes.to_vec(), digest))
-}
-
-/// What the payload stage did to one event.
-enum Offloaded {
-    Entry {
-        entry: PendingEntry,
-        uploads: Vec<UploadName>,
-    },
-    Rejected(Rejection),
-}
-
-/// Copies producer uploads in, moves large and erasable fields out, and canonicalizes the entry.
-async fn offload(js: &jetstream::Context, stages: &Stages, prepared: Prepared) -> Result<Offloaded> {
-    let Prepared {
-        mut entry,
-        mut json,
-        class,
-        tenant,
-        event_id,
-        ..
-    } = prepared;
-    let collected = match stages.uploads.collect(js, &tenant, &mut json).await {
-        Ok(collected) => collected,
-        Err(
-            error
-            @ (Error::UploadInvalid { .. } | Error::UploadMismatch { .. } | Error::UploadMissing { .. }),
-        ) => {
-            return Ok(Offloaded::Rejected(Rejection {
-                reason: QuarantineReason::BadPayload,
-                detail: error.to_string(),
-                tenant,
-                event_id: Some(event_id),
-            }));
-        }
-        Err(error) => return Err(error),
-    };
-    let mut refs = stages.offloader.offload(&tenant, &mut json).await?;
-    refs.extend(collected.refs);
-    if !refs.is_empty() {
-        refs.sort_by(|a, b| a.path.cmp(&b.path));
-        entry.event = toolledger_wire::decode::structured_event(json).map_err(|e| Error::LedgerOwnEvent {
-            reason: format!("offloaded event {event_id}: {e}"),
-        })?;
-        entry.ledger.payload_refs = refs;
-    }
-    let bytes = entry.canonical_bytes().map_err(|e| Error::LedgerOwnEvent {
-        reason: format!("canonicalizing {event_id}: {e}"),
-    })?;
-    let subject = toolledger_wire::subject::ledger_subject(&tenant, class);
-    Ok(Offloaded::Entry {
-        entry: PendingEntry::new(subject, bytes.into()),
-        uploads: collected.uploads,
-    })
-}
-
-/// The original as quarantine may keep it: a JSON body scrubbed like an accepted event would be,
-/// credential-shaped headers replaced by their markers.
-fn scrubbed_original(original: &Original, scrubber: &Mutex<Scrubber>) -> Original {
-    let scrubber = scrubber.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut copy = original.clone();
-    if let Ok(json) = serde_json::from_slice::<serde_json::Value>(&original.payload)
-        && let Some(scrubbed) = scrub_payload(json, original.headers.as_ref(), &scrubber)
-        && let Ok(bytes) = serde_json::to_vec(&scrubbed)
-    {
-        copy.payload = bytes.into();
-    }
-    if let Some(headers) = &original.headers {
-        let mut kept = async_nats::HeaderMap::new();
-        for (name, values) in headers.iter() {
-            let credential = crate::scrub::is_credential_header(name.as_ref());
-            for value in values {
-                if credential {
-                    let marker = scrubber.marker(&serde_json::Value::String(value.to_string()));
-                    if let Ok(value) = marker["$scrubbed"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .parse::<async_nats::header::HeaderValue>()
-                    {
-                        kept.append(name.clone(), value);
-                    }
-                } else {
-                    kept.append(name.clone(), value.clone());
-                }
-            }
-        }
-        copy.headers = Some(kept);
-    }
-    copy
-}
-
-/// A parsed original payload scrubbed as the event it would be; `None` when nothing was a secret.
-///
-/// A structured event or an envelope is scrubbed as it is. A binary-mode payload is the event's `data`
-/// with the attributes in `ce-*` headers: it is scrubbed inside an event rebuilt from those headers, so
-/// declared sensitive fields (found through the tenant and tool id attributes) and `/data/…` paths
-/// apply to it as they would have to the accepted event.
-fn scrub_payload(
-    mut json: serde_json::Value,
-    headers: Option<&async_nats::HeaderMap>,
-    scrubber: &Scrubber,
-) -> Option<serde_json::Value> {
-    let binary = headers.is_some_and(|h| h.get("ce-specversion").is_some());
-    if !binary {
-        return (!scrubber.scrub_only(&mut json).is_empty()).then_some(json);
-    }
-    let mut event = serde_json::Map::new();
-    for (name, values) in headers.into_iter().flat_map(|h| h.iter()) {
-        let name = name.to_string();
-        if let (Some(attribute), Some(value)) = (name.strip_prefix("ce-"), values.first()) {
-            event.insert(attribute.to_owned(), serde_json::Value::String(value.to_string()));
-        }
-    }
-    event.insert("data".to_owned(), json);
-    let mut event = serde_json::Value::Object(event);
-    if scrubber.scrub_only(&mut event).is_empty() {
-        return None;
-    }
-    event.get_mut("data").map(serde_json::Value::take)
-}
-
-/// A ledger-own event (a receipt) as an entry with its identity and digest.
-fn ledger_own_entry(
-    event: serde_json::Value,
-    ingested_at: DateTime<Utc>,
-) -> Result<(PendingEntry, IdentityKey, [u8; 32])> {
-    let own = |e: toolledger_wire::Error| Error::LedgerOwnEvent {
-        reason: e.to_string(),
-    };
-    let tenant_name = event["tenant"].as_str().unwrap_or(Tenant::UNROUTABLE).to_owned();
-    let id = event["id"].as_str().unwrap_or_default().to_owned();
-    let class: toolledger_schemas::EventClass = event["type"].as_str().unwrap_or_default().parse().map_err(
-        |e: toolledger_schemas::UnknownClass| Error::LedgerOwnEvent {
-            reason: e.to_string(),
-        },
-    )?;
-    let cloud_event = toolledger_wire::decode::structured_event(event).map_err(own)?;
-    let mut entry = LedgerEntry {
-        event: cloud_event,
-        ledger: LedgerMetadata {
-            ingested_at,
-            origin: Origin::Ledger,
-            content_digest: None,
-            payload_refs: Vec::new(),
-            scrubbed_paths: Vec::new(),
-            trace_refs: None,
-            envelope_fields: None,
-        },
-    };
-    let (digest, bytes) = entry.seal().map_err(own)?;
-    let tenant = Tenant::parse(&tenant_name).unwrap_or_else(|_| Tenant::unroutable());
-    let subject = toolledger_wire::subject::ledger_subject(&tenant, class);
-    Ok((
-        PendingEntry::new(subject, bytes.into()),
-        IdentityKey::new(&tenant_name, quarantine::LEDGER_SOURCE, &id),
-        digest,
-    ))
-}
-
 /// Entries plus their identities, as the batch appends them.
 type Batch = (Vec<PendingEntry>, Vec<(IdentityKey, [u8; 32])>);
 
@@ -1170,7 +710,7 @@ async fn catch_up_index(js: &jetstream::Context, index: &Arc<Mutex<IdentityIndex
         position = tokio::task::spawn_blocking(move || {
             let mut rows = Vec::with_capacity(entries.len());
             for (seq, bytes) in &entries {
-                let entry = LedgerEntry::from_bytes(bytes).map_err(|e| Error::IdentityIndex {
+                let entry = LedgerEntry::parse(bytes).map_err(|e| Error::IdentityIndex {
                     reason: format!("ledger seq {seq} unreadable: {e}"),
                 })?;
                 if let Some((key, digest)) = identity_of(&entry) {
@@ -1190,9 +730,8 @@ async fn catch_up_index(js: &jetstream::Context, index: &Arc<Mutex<IdentityIndex
 
 /// The identity and recorded content digest of a stored entry.
 fn identity_of(entry: &LedgerEntry) -> Option<(IdentityKey, [u8; 32])> {
-    use toolledger_wire::cloudevents::AttributesReader;
     let tenant = entry.event.extension("tenant").map(|t| t.to_string())?;
-    let key = IdentityKey::new(&tenant, &entry.event.source().to_string(), entry.event.id());
+    let key = IdentityKey::new(&tenant, entry.event.source(), entry.event.id());
     let recorded = entry.ledger.content_digest.as_deref()?.strip_prefix("sha256:")?;
     let mut digest = [0u8; 32];
     for (i, byte) in digest.iter_mut().enumerate() {

@@ -1,0 +1,92 @@
+//! decode ▸ validate: an inbound message becomes a checked event, or the rejection that says why not.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use toolledger_schemas::EventClass;
+use toolledger_wire::{LedgerMetadata, QuarantineReason, Tenant};
+
+use crate::quarantine::{Original, Rejection};
+use crate::scrub::Scrubber;
+
+/// A decoded event that passed validation: its CloudEvents JSON form (taken from the decoded event,
+/// not copied), what the ledger's metadata says of it, and its identity.
+pub(crate) struct Checked {
+    /// The event as JSON: what scrubbing and offloading work on.
+    pub(crate) json: Value,
+    /// The entry's metadata so far (origin, time, envelope fields).
+    pub(crate) ledger: LedgerMetadata,
+    pub(crate) class: EventClass,
+    pub(crate) tenant: Tenant,
+    pub(crate) source: String,
+    pub(crate) event_id: String,
+}
+
+impl Checked {
+    /// Replaces secrets with their markers and records where (DESIGN §5).
+    pub(crate) fn scrub(&mut self, scrubber: &mut Scrubber) {
+        self.ledger.scrubbed_paths = scrubber.scrub(&mut self.json);
+    }
+}
+
+/// The tenant a rejection is filed under when the message did not decode: the subject's, if safe.
+pub(crate) fn tenant_of_subject(subject: &str) -> Tenant {
+    toolledger_wire::subject::InboundSubject::parse(subject)
+        .map_or_else(|_| Tenant::unroutable(), |s| s.tenant)
+}
+
+/// The rejection for a decode or encode error of an event of `tenant`.
+pub(crate) fn reject(tenant: &Tenant, error: &toolledger_wire::Error, event_id: Option<String>) -> Rejection {
+    Rejection {
+        reason: error.quarantine_reason().unwrap_or(QuarantineReason::BadEnvelope),
+        detail: error.to_string(),
+        tenant: tenant.clone(),
+        event_id,
+    }
+}
+
+/// decode ▸ validate `original`, received at `received` (the entry's `ingested_at`).
+pub(crate) fn check(original: &Original, received: DateTime<Utc>) -> Result<Checked, Rejection> {
+    if original.raw_headers.is_some() {
+        return Err(Rejection {
+            reason: QuarantineReason::PoisonMessage,
+            detail: "headers the NATS client cannot parse (invalid UTF-8, or a bare CR or LF)".to_owned(),
+            tenant: tenant_of_subject(&original.subject),
+            event_id: None,
+        });
+    }
+    let decoded = toolledger_wire::decode(&original.subject, original.headers.as_ref(), &original.payload)
+        .map_err(|e| reject(&tenant_of_subject(&original.subject), &e, None))?;
+    let event_id = decoded.event.id.clone();
+    let source = decoded.event.source.clone();
+    let tenant = decoded.tenant;
+    let class = decoded.class;
+    let ledger = LedgerMetadata {
+        ingested_at: received,
+        origin: decoded.origin,
+        content_digest: None,
+        payload_refs: Vec::new(),
+        scrubbed_paths: Vec::new(),
+        trace_refs: decoded.trace_refs,
+        envelope_fields: decoded.envelope_fields,
+    };
+    let json = decoded.event.into_json();
+    if let Err(error) = toolledger_schemas::validate_event(&json) {
+        return Err(Rejection {
+            reason: match error {
+                toolledger_schemas::EventError::UnknownClass(_) => QuarantineReason::UnknownClass,
+                _ => QuarantineReason::SchemaViolation,
+            },
+            detail: error.to_string(),
+            tenant,
+            event_id: Some(event_id),
+        });
+    }
+    Ok(Checked {
+        json,
+        ledger,
+        class,
+        tenant,
+        source,
+        event_id,
+    })
+}

@@ -1,0 +1,216 @@
+//! The per-event pipeline: what ingest does to each inbound message of a batch, without the loop
+//! around it ([`crate::session`] fetches, appends and acks).
+//!
+//! ```text
+//! Original ─▶ check: decode ▸ validate ───────────────┐  one thread per core, in order
+//!            ─▶ scrub (inbound order: a declaration changes what is sensitive after it)
+//!            ─▶ seal: digest, and the entry's bytes when nothing can offload ─┐  one thread per core
+//!            ─▶ dedupe (inbound order: a batch can hold an identity twice)
+//!            ─▶ Verdict: Append | Duplicate | Reject
+//! Append without bytes ─▶ offload: producer uploads in, large and erasable fields out ─▶ entry bytes
+//! Reject ─▶ reject::scrubbed_original (what quarantine keeps) + seal::own_entry (the receipt)
+//! ```
+//!
+//! The event is parsed once (`decode`) and then moved, never copied: the stages that work on JSON
+//! (validation, scrubbing, offloading) take it as a value and give it back
+//! ([`toolledger_wire::Event::into_json`], [`toolledger_wire::Event::from_json`]), and the entry's
+//! RFC 8785 bytes are written straight from the event ([`toolledger_wire::LedgerEntry::seal`]).
+//!
+//! - [`check`]: decode ▸ validate, or the rejection that says why not.
+//! - [`seal`]: the content digest and identity; the canonical entry; the ledger's own entries.
+//! - [`offload`]: the payload stage (needs NATS for producer uploads).
+//! - [`reject`]: the original as quarantine may keep it, scrubbed.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use chrono::{DateTime, Utc};
+use toolledger_wire::QuarantineReason;
+
+use crate::Result;
+use crate::dedupe::{IdentityIndex, IdentityKey};
+use crate::payload::{BlobStore, Offloader, UploadCollector};
+use crate::quarantine::{Original, Rejection};
+use crate::scrub::Scrubber;
+use crate::session::IngestSettings;
+
+pub(crate) mod check;
+pub(crate) mod offload;
+pub(crate) mod reject;
+pub(crate) mod seal;
+
+pub(crate) use offload::{Offloaded, offload};
+pub(crate) use seal::{Prepared, own_entry};
+
+/// The stages that need state of their own: the scrubber (key and the sensitivity its
+/// declarations taught it) and the payload stores.
+pub(crate) struct Stages {
+    pub(crate) scrubber: Mutex<Scrubber>,
+    pub(crate) offloader: Offloader,
+    pub(crate) uploads: UploadCollector,
+}
+
+impl Stages {
+    pub(crate) fn open(settings: &IngestSettings) -> Result<Self> {
+        let scrubber = Scrubber::open(&settings.data_dir, &settings.scrub)?;
+        let mut store_config = crate::payload::BlobStoreConfig::new(settings.blob_store.clone());
+        store_config.options = settings.blob_store_options.clone();
+        let store = BlobStore::open_with(&store_config)?;
+        Ok(Self {
+            scrubber: Mutex::new(scrubber),
+            offloader: Offloader::new(store.clone(), &settings.offload),
+            uploads: UploadCollector::new(store).with_max_upload(settings.max_upload_bytes),
+        })
+    }
+}
+
+/// What to do with one inbound message.
+pub(crate) enum Verdict {
+    /// New: append it (offloading first when [`Prepared::ready`] is empty).
+    Append(Box<Prepared>),
+    /// The same identity with the same content is already in the ledger (or earlier in the batch).
+    Duplicate,
+    /// Refused: quarantine the original, append a receipt.
+    Reject(Rejection),
+}
+
+/// Decodes, validates, scrubs, digests and deduplicates a batch; runs on a blocking thread.
+///
+/// The per-event work that does not depend on other events (decoding and validation; the digest and
+/// the canonical entry) is spread over the machine's cores; scrubbing runs in inbound order, because a
+/// `tool.declared` earlier in the batch changes what is sensitive in the events after it, and so does
+/// deduplication, because a batch can hold the same identity twice.
+pub(crate) fn classify_batch(
+    originals: &[Original],
+    index: &Mutex<IdentityIndex>,
+    stages: &Stages,
+) -> Result<Vec<Verdict>> {
+    let received = Utc::now();
+    let mut checked = parallel_map(originals.iter().collect(), |original| {
+        check::check(original, received)
+    });
+    {
+        let mut scrubber = stages.scrubber.lock().unwrap_or_else(PoisonError::into_inner);
+        for checked in checked.iter_mut().flatten() {
+            // Secrets never reach the ledger: scrubbed before the digest, so duplicates compare scrubbed.
+            checked.scrub(&mut scrubber);
+        }
+    }
+    let prepared = parallel_map(checked, |checked| {
+        checked.and_then(|checked| seal::seal(checked, &stages.offloader))
+    });
+
+    let index = index.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut in_batch: HashMap<IdentityKey, [u8; 32]> = HashMap::new();
+    let mut verdicts = Vec::with_capacity(originals.len());
+    for prepared in prepared {
+        let verdict = match prepared {
+            Err(rejection) => Verdict::Reject(rejection),
+            Ok(prepared) => {
+                let known = match in_batch.get(&prepared.key) {
+                    Some(digest) => Some(*digest),
+                    None => index.lookup(&prepared.key)?.map(|r| r.digest),
+                };
+                match known {
+                    None => {
+                        in_batch.insert(prepared.key, prepared.digest);
+                        Verdict::Append(Box::new(prepared))
+                    }
+                    Some(digest) if digest == prepared.digest => Verdict::Duplicate,
+                    Some(_) => Verdict::Reject(Rejection {
+                        reason: QuarantineReason::DuplicateConflict,
+                        detail:
+                            "an event with this tenant, source and id was already ingested with other content"
+                                .to_owned(),
+                        tenant: prepared.tenant,
+                        event_id: Some(prepared.event_id),
+                    }),
+                }
+            }
+        };
+        verdicts.push(verdict);
+    }
+    Ok(verdicts)
+}
+
+/// `f` over `items` on up to one thread per core, in order. Small inputs stay on this thread.
+fn parallel_map<T: Send, U: Send>(mut items: Vec<T>, f: impl Fn(T) -> U + Sync) -> Vec<U> {
+    /// Below this many items per thread, starting a thread costs more than it saves.
+    const MIN_PER_THREAD: usize = 16;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(items.len() / MIN_PER_THREAD)
+        .max(1);
+    if threads == 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let per_thread = items.len().div_ceil(threads);
+    let mut chunks = Vec::with_capacity(threads);
+    while items.len() > per_thread {
+        chunks.push(items.split_off(items.len() - per_thread));
+    }
+    chunks.push(items);
+    chunks.reverse();
+    let f = &f;
+    std::thread::scope(|scope| {
+        let mut rest = chunks.into_iter();
+        let first = rest.next().unwrap_or_default();
+        let handles: Vec<_> = rest
+            .map(|chunk| scope.spawn(move || chunk.into_iter().map(f).collect::<Vec<U>>()))
+            .collect();
+        let mut out: Vec<U> = first.into_iter().map(f).collect();
+        for handle in handles {
+            match handle.join() {
+                Ok(part) => out.extend(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        out
+    })
+}
+
+/// One inbound message through decode ▸ validate ▸ scrub ▸ digest ▸ offload ▸ canonicalize as a
+/// batch of one, without NATS or the identity index, ingested at `ingested_at`: the entry bytes and
+/// content digest ingest would append, or the rejection. For the golden byte-identity test of
+/// entries; producer uploads (which need NATS) are not copied.
+#[doc(hidden)]
+pub async fn entry_for_message(
+    original: &Original,
+    scrubber: &mut Scrubber,
+    offloader: &Offloader,
+    ingested_at: DateTime<Utc>,
+) -> Result<std::result::Result<(Vec<u8>, [u8; 32]), Rejection>> {
+    let mut checked = match check::check(original, ingested_at) {
+        Ok(checked) => checked,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
+    checked.scrub(scrubber);
+    let prepared = match seal::seal(checked, offloader) {
+        Ok(prepared) => prepared,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
+    let digest = prepared.digest;
+    if let Some(ready) = prepared.ready {
+        return Ok(Ok((ready.bytes.to_vec(), digest)));
+    }
+    let Prepared {
+        entry,
+        tenant,
+        event_id,
+        ..
+    } = prepared;
+    let json = entry.event.into_json();
+    let bytes = offload::move_payloads(json, entry.ledger, &tenant, &event_id, offloader, Vec::new()).await?;
+    Ok(Ok((bytes, digest)))
+}
+
+/// A ledger-own event (a quarantine receipt) as ingest appends it: its entry bytes and content
+/// digest. For the golden byte-identity test of entries.
+#[doc(hidden)]
+pub fn ledger_own_entry_bytes(
+    event: serde_json::Value,
+    ingested_at: DateTime<Utc>,
+) -> Result<(Vec<u8>, [u8; 32])> {
+    let (entry, _, digest) = own_entry(event, ingested_at)?;
+    Ok((entry.bytes.to_vec(), digest))
+}
