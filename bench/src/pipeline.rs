@@ -125,7 +125,7 @@ pub async fn ingest(options: &Options) -> anyhow::Result<Section> {
                payload to a file-backed relay stream, await those acks, ack the inbound messages — until it \
                has moved every event: the floor for any consume-append-ack service, with no processing;\n\
              - **ingest**: the same events published again (untimed), then the real ingest service \
-               (`service::run`, in this process so it is compared like for like with the relay; default \
+               (`session::run`, in this process so it is compared like for like with the relay; default \
                settings, batch 256) from a full ATL_INBOUND to an empty one: decode, validate, scrub, \
                dedupe, offload, canonicalize, append with the single-writer guarantees, Merkle tree and \
                checkpoints, identity index, ack.\n\n\

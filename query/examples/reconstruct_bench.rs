@@ -22,19 +22,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rusqlite::params;
-use serde_json::Value;
+use toolledger_testkit::entry_bytes;
 use toolledger_projector::{Generations, RawEntry, Store};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 
 const SAMPLES: usize = 1000;
 const RUNS: usize = 3;
-
-fn entry_bytes(event: &Value) -> Vec<u8> {
-    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
-        .unwrap()
-        .canonical_bytes()
-        .unwrap()
-}
 
 /// Generated entries, a chunk (one seed) at a time, made on their own thread so generation and
 /// canonicalization overlap with applying.

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
+use toolledger_testkit::entry_bytes;
 use toolledger_core::telemetry::Telemetry;
 use toolledger_projector::{Generations, RawEntry, SqlLimits, SqlScope, Store};
 use toolledger_query::{ApiOptions, Tokens};
@@ -29,13 +30,6 @@ use toolledger_schemas::generator::{GeneratorConfig, generate};
 const READS: usize = 200;
 const RUNS: usize = 3;
 const RUNAWAY_CLIENTS: usize = 4;
-
-fn entry_bytes(event: &Value) -> Vec<u8> {
-    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
-        .unwrap()
-        .canonical_bytes()
-        .unwrap()
-}
 
 /// One HTTP/1.1 request with `Connection: close`; returns the status.
 fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> u16 {

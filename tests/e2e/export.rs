@@ -11,7 +11,7 @@ use async_nats::jetstream;
 use serde_json::Value;
 use toolledger_merkle::{Checkpoint, CompactRange, NoteSigner};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
-use toolledger_testkit::{ChildProcess, NatsFixture, python};
+use toolledger_testkit::{ChildProcess, NatsFixture, entry_bytes, python};
 use toolledger_wire::streams::{self, CHECKPOINTS_SUBJECT, ContractSettings};
 
 use crate::toolledger;
@@ -32,13 +32,6 @@ impl Delays {
         z ^= z >> 31;
         Duration::from_millis(low_ms + z % (high_ms - low_ms))
     }
-}
-
-fn entry_bytes(event: &Value) -> Vec<u8> {
-    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
-        .unwrap()
-        .canonical_bytes()
-        .unwrap()
 }
 
 /// Appends `events` in chunks with a signed checkpoint after each, pausing between chunks so the

@@ -9,10 +9,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
-use serde_json::Value;
 use toolledger_projector::{Generations, Store};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
-use toolledger_testkit::{ChildProcess, NatsFixture};
+use toolledger_testkit::{ChildProcess, NatsFixture, append_events};
 use toolledger_wire::streams::{LEDGER, LEDGER_SUBJECTS};
 
 use crate::toolledger;
@@ -47,14 +46,6 @@ fn seed() -> u64 {
         })
 }
 
-/// The canonical entry ingest would append for a structured CloudEvent.
-pub(crate) fn entry_bytes(event: &Value) -> Vec<u8> {
-    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
-        .unwrap()
-        .canonical_bytes()
-        .unwrap()
-}
-
 async fn create_ledger(js: &jetstream::Context) {
     js.create_stream(stream::Config {
         name: LEDGER.to_owned(),
@@ -66,25 +57,6 @@ async fn create_ledger(js: &jetstream::Context) {
     })
     .await
     .unwrap();
-}
-
-async fn append(js: &jetstream::Context, events: &[Value]) -> u64 {
-    let mut last = 0;
-    for chunk in events.chunks(256) {
-        let mut acks = Vec::new();
-        for event in chunk {
-            let subject = format!(
-                "atl.ledger.{}.{}",
-                event["tenant"].as_str().unwrap(),
-                event["type"].as_str().unwrap()
-            );
-            acks.push(js.publish(subject, entry_bytes(event).into()).await.unwrap());
-        }
-        for ack in acks {
-            last = ack.await.unwrap().sequence;
-        }
-    }
-    last
 }
 
 /// The current generation's position (0 before there is one).
@@ -127,7 +99,7 @@ fn kill9_during_catch_up_then_rebuild_equals_the_incremental_projection() {
     let js = runtime.block_on(async { jetstream::new(nats.client().await) });
     let initial = runtime.block_on(async {
         create_ledger(&js).await;
-        append(&js, early).await
+        append_events(&js, early).await
     });
     assert!(initial >= 2_000, "a few thousand entries, got {initial}");
     let data = tempfile::tempdir().unwrap();
@@ -160,7 +132,7 @@ fn kill9_during_catch_up_then_rebuild_equals_the_incremental_projection() {
         "most kills should land during the catch-up"
     );
 
-    let last = runtime.block_on(append(&js, late));
+    let last = runtime.block_on(append_events(&js, late));
     // Let it finish, then stop it gracefully.
     let catch_up = Instant::now();
     let mut child = project(&url, data.path(), &["--progress-every", "1"]);
@@ -313,7 +285,7 @@ fn a_projector_frozen_at_random_while_the_ledger_grows_catches_up_and_equals_a_r
     let mut last = 0;
     for chunk in events.chunks(events.len().div_ceil(20)) {
         child.signal(nix::sys::signal::Signal::SIGSTOP);
-        last = runtime.block_on(append(&js, chunk));
+        last = runtime.block_on(append_events(&js, chunk));
         std::thread::sleep(delays.between(50, 400));
         child.signal(nix::sys::signal::Signal::SIGCONT);
         std::thread::sleep(delays.between(20, 150));

@@ -43,7 +43,7 @@ fn query_reads_the_tenants_views_and_refuses_the_rest() {
         .enumerate()
         .map(|(i, e)| RawEntry {
             seq: i as u64 + 1,
-            bytes: crate::project::entry_bytes(e),
+            bytes: toolledger_testkit::entry_bytes(e),
         })
         .collect();
     store.apply_batch(&entries).unwrap();

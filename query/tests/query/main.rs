@@ -6,30 +6,10 @@
 mod payloads;
 mod serve;
 
-use serde_json::{Value, json};
 use toolledger_projector::{RawEntry, Store};
-use toolledger_wire::{LedgerEntry, LedgerMetadata};
 
 /// The canonical entry ingest would append for a structured CloudEvent, with these payload refs.
-pub fn entry_bytes(event: &Value, payload_refs: Value) -> Vec<u8> {
-    let subject = format!(
-        "atl.in.{}.{}",
-        event["tenant"].as_str().unwrap(),
-        event["type"].as_str().unwrap()
-    );
-    let decoded = toolledger_wire::decode(&subject, None, &serde_json::to_vec(event).unwrap()).unwrap();
-    let ledger: LedgerMetadata = serde_json::from_value(json!({
-        "ingested_at": event["time"], "origin": "structured", "payload_refs": payload_refs,
-        "scrubbed_paths": [],
-    }))
-    .unwrap();
-    LedgerEntry {
-        event: decoded.event,
-        ledger,
-    }
-    .canonical_bytes()
-    .unwrap()
-}
+pub use toolledger_testkit::entry_bytes_with_refs as entry_bytes;
 
 /// Applies `entries` after the store's position.
 pub fn apply(store: &mut Store, entries: Vec<Vec<u8>>) {

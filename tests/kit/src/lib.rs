@@ -9,6 +9,9 @@
 //! - [`S3Fixture`]: a real S3-compatible server (moto) on a free loopback port with one bucket; can be
 //!   paused (SIGSTOP) and resumed for fault tests.
 //! - [`http_get`]: a minimal HTTP/1.1 GET for scraping `/metrics` and `/healthz` without a client stack.
+//! - [`ledger`]: ledger entries as ingest would write them ([`entry_bytes`]), appended in order
+//!   ([`append_events`]), and generated sessions ([`generated`]): what tests that fill ATL_LEDGER
+//!   without ingest share.
 //!
 //! The server binary is `TOOLLEDGER_NATS_SERVER` if set, else the pinned one `scripts/setup` installs
 //! at `.tools/nats/bin/nats-server` in the workspace.
@@ -16,12 +19,14 @@
 
 mod cluster;
 mod http;
+pub mod ledger;
 mod nats;
 mod process;
 mod s3;
 
 pub use cluster::{CLUSTER_SIZE, NatsCluster};
 pub use http::{HttpResponse, http_get};
+pub use ledger::{append_events, entry_bytes, entry_bytes_with_refs, generated, ledger_subject};
 pub use nats::{NatsFixture, nats_server_bin, python, workspace_root};
 pub use process::ChildProcess;
 pub use s3::{S3Fixture, moto_server_bin};
