@@ -24,18 +24,14 @@ use std::fmt;
 
 use async_nats::jetstream;
 use serde::Serialize;
-use toolledger_ingest::Error as IngestError;
-use toolledger_ingest::payload::BlobStore;
+use toolledger_ledger::erasure::ERASURE_CLASS;
+use toolledger_ledger::{BlobStore, Error as LedgerError, OrderedReader, ReadSpec, read_all};
 use toolledger_merkle::tile::{TILE_WIDTH, TileId, tile_for};
 use toolledger_merkle::{Checkpoint, CompactRange, Hash, TileReader, TileStore, Verifiers};
 use toolledger_wire::streams::{self, CHECKPOINTS, LEDGER};
 use toolledger_wire::{LedgerEntry, PayloadRef, Tenant};
 
-use crate::read::{StreamReader, read_all};
 use crate::{Result, hex};
-
-/// The class of the ledger's erasure records (DESIGN §5).
-const ERASURE_COMPLETED: &str = "toolledger.erasure.completed";
 
 /// How often the progress callback is called, in entries.
 const PROGRESS_EVERY: u64 = 1024;
@@ -547,8 +543,9 @@ pub async fn verify_ledger(
         }
     }
 
-    let mut reader = StreamReader::open(js, stream, 1).await?;
-    let total = reader.last();
+    // Gaps are findings here, not errors: the pass goes on and reports every one.
+    let mut reader = OrderedReader::open(js, stream, ReadSpec::to_tail(1).allow_gaps()).await?;
+    let total = reader.last().unwrap_or(0);
     let mut range = CompactRange::new();
     let mut next_checkpoint = trusted.iter().peekable();
     // Sizes whose signed root the recomputed tree matched.
@@ -572,7 +569,8 @@ pub async fn verify_ledger(
             });
         }
     }
-    while let Some((seq, bytes)) = reader.next().await? {
+    while let Some(message) = reader.next().await? {
+        let (seq, bytes) = (message.seq, message.payload);
         if seq != expected_seq {
             entry_findings.push(Finding::SequenceGap {
                 expected_seq,
@@ -731,7 +729,7 @@ impl PayloadLedger {
     fn observe(&mut self, seq: u64, entry: &LedgerEntry) {
         let event = entry.event_json().unwrap_or_default();
         let tenant = event["tenant"].as_str().unwrap_or_default().to_owned();
-        if event["type"] == ERASURE_COMPLETED {
+        if event["type"] == ERASURE_CLASS {
             // The record is the ledger's own (tenant `_system`); the tenant erased is in its data.
             let erased_tenant = event["data"]["tenant"].as_str().unwrap_or(&tenant).to_owned();
             for id in event["data"]["blob_ids"].as_array().into_iter().flatten() {
@@ -766,12 +764,12 @@ impl PayloadLedger {
                 };
                 match blobs.fetch_verified(&tenant, payload).await {
                     Ok(_) => None,
-                    Err(IngestError::PayloadMissing { .. }) => Some(Finding::PayloadMissing {
+                    Err(LedgerError::PayloadMissing { .. }) => Some(Finding::PayloadMissing {
                         seq,
                         path: payload.path.clone(),
                         blob_id: payload.blob_id.clone(),
                     }),
-                    Err(error @ IngestError::PayloadDigestMismatch { .. }) => Some(Finding::PayloadAltered {
+                    Err(error @ LedgerError::PayloadDigestMismatch { .. }) => Some(Finding::PayloadAltered {
                         seq,
                         path: payload.path.clone(),
                         blob_id: payload.blob_id.clone(),
@@ -780,7 +778,7 @@ impl PayloadLedger {
                     Err(error) => Some(Finding::PayloadUnchecked {
                         seq,
                         blob_id: payload.blob_id.clone(),
-                        reason: error.to_string(),
+                        reason: toolledger_ledger::with_causes(&error),
                     }),
                 }
             })
