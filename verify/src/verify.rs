@@ -6,7 +6,8 @@
 //!                sizes strictly growing (equal sizes with other roots are a fork)
 //! 2 configs      the live ledger and checkpoint stream configurations against DESIGN §2
 //! 3 tiles        (given a tile store) check_tiles against the newest trusted checkpoint
-//! 4 ledger pass  seq 1..=last: no gaps, a readable canonical entry, leaf hash ─▶ tree;
+//! 4 ledger pass  seq 1..=last: no gaps, a readable entry whose bytes are the RFC 8785 form of
+//!                what they parse to, leaf hash ─▶ tree;
 //!                leaf = the trusted tiles' leaf (the exact position of an altered entry);
 //!                root at every checkpoint size = the signed root
 //! 5 afterwards   checkpoints beyond the ledger's end; consistency proofs (from trusted tiles)
@@ -143,12 +144,20 @@ pub enum Finding {
         /// The sequence found.
         found_seq: u64,
     },
-    /// A ledger message is not a canonical ledger entry.
+    /// A ledger message is not a ledger entry (not JSON, not I-JSON, or not the entry's shape).
     EntryUnreadable {
         /// Its ledger sequence.
         seq: u64,
         /// Why it cannot be read.
         reason: String,
+    },
+    /// A ledger message reads as an entry, but its bytes are not the RFC 8785 bytes of the JSON they
+    /// hold (re-spaced, pretty-printed, members reordered, numbers or strings written another way).
+    /// The tree may well be consistent over it: what is wrong is that the writer did not write the
+    /// one byte form DESIGN §4 promises, so equal entries could hash differently.
+    EntryNotCanonical {
+        /// Its ledger sequence.
+        seq: u64,
     },
     /// The entry at `seq` is not the one the signed tree holds there (located with tiles a signed
     /// root vouches for): changed, dropped, swapped or inserted from here on.
@@ -222,7 +231,9 @@ impl Finding {
     pub fn ledger_seq(&self) -> Option<u64> {
         match self {
             Self::SequenceGap { expected_seq, .. } => Some(*expected_seq),
-            Self::EntryUnreadable { seq, .. } | Self::EntryAltered { seq, .. } => Some(*seq),
+            Self::EntryUnreadable { seq, .. }
+            | Self::EntryNotCanonical { seq }
+            | Self::EntryAltered { seq, .. } => Some(*seq),
             Self::RootMismatch { good_through, .. } => Some(good_through + 1),
             Self::CheckpointBeyondLedger { ledger_size, .. } => Some(ledger_size + 1),
             _ => None,
@@ -288,7 +299,11 @@ impl fmt::Display for Finding {
                 "missing: the ledger jumps from seq {} to {found_seq}",
                 expected_seq - 1
             ),
-            Self::EntryUnreadable { reason, .. } => write!(f, "not a canonical ledger entry: {reason}"),
+            Self::EntryUnreadable { reason, .. } => write!(f, "not a ledger entry: {reason}"),
+            Self::EntryNotCanonical { .. } => write!(
+                f,
+                "not canonical: its bytes are not the RFC 8785 form of the entry they hold"
+            ),
             Self::EntryAltered {
                 signed_leaf,
                 ledger_leaf,
@@ -580,8 +595,14 @@ pub async fn verify_ledger(
         expected_seq = seq + 1;
         if options.check_entries {
             match LedgerEntry::from_bytes(&bytes) {
-                Ok(entry) if options.blobs.is_some() => payloads.observe(seq, &entry),
-                Ok(_) => {}
+                Ok(entry) => {
+                    if !canonical_form_holds(&bytes) {
+                        entry_findings.push(Finding::EntryNotCanonical { seq });
+                    }
+                    if options.blobs.is_some() {
+                        payloads.observe(seq, &entry);
+                    }
+                }
                 Err(error) => entry_findings.push(Finding::EntryUnreadable {
                     seq,
                     reason: error.to_string(),
@@ -703,6 +724,13 @@ pub async fn verify_ledger(
         payloads_erased,
         findings,
     })
+}
+
+/// Whether `bytes` are exactly the RFC 8785 bytes of the JSON value they parse to (read the way a
+/// stored entry is read: integer literals of 2^53 and more are the doubles JCS wrote them as).
+// one scan in the entry crate replaces this at merge
+fn canonical_form_holds(bytes: &[u8]) -> bool {
+    toolledger_wire::jcs::canonicalize(bytes).is_ok_and(|canonical| canonical == bytes)
 }
 
 /// How many blobs are fetched and hashed at once: enough to hide a remote store's latency, few enough
