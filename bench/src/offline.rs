@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use toolledger_export::rows::Tracker;
 use toolledger_export::tables::{self, Table};
 use toolledger_ingest::append::PendingEntry;
-use toolledger_verify::read::StreamReader;
+use toolledger_ledger::{OrderedReader, ReadSpec};
 use toolledger_verify::{VerifyOptions, verify_ledger};
 use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
 
@@ -67,10 +67,10 @@ impl Ledger {
     /// Entries/s of reading the whole ledger from NATS in order, doing nothing with it.
     async fn read_rate(&self) -> anyhow::Result<f64> {
         let started = Instant::now();
-        let mut reader = StreamReader::open(&self.js, LEDGER, 1).await?;
+        let mut reader = OrderedReader::open(&self.js, LEDGER, ReadSpec::to_tail(1)).await?;
         let mut count = 0usize;
-        while let Some((_, bytes)) = reader.next().await? {
-            std::hint::black_box(bytes);
+        while let Some(message) = reader.next().await? {
+            std::hint::black_box(message.payload);
             count += 1;
         }
         anyhow::ensure!(count == self.len(), "read {count} of {} entries", self.len());

@@ -55,21 +55,18 @@ pub enum Error {
         /// The arrow or parquet error.
         reason: String,
     },
-    /// Reading ATL_LEDGER or ATL_CHECKPOINTS failed.
-    #[error("{stream}: {reason}")]
-    Stream {
-        /// The stream.
-        stream: String,
-        /// The NATS error.
-        reason: String,
-    },
-    /// The ledger skipped a sequence the exporter expected (a ledger never has gaps).
-    #[error("ATL_LEDGER: expected seq {expected}, got {found}")]
-    SequenceGap {
-        /// The sequence expected next.
-        expected: u64,
-        /// The sequence read.
-        found: u64,
+    /// Reading ATL_LEDGER or ATL_CHECKPOINTS failed, or the ledger skipped a sequence (a ledger
+    /// never has gaps).
+    #[error(transparent)]
+    Ledger(#[from] toolledger_ledger::Error),
+    /// The archive's manifests cover sequences the ledger does not have: the archive was written from
+    /// another ledger (or the ledger was replaced).
+    #[error("the archive's manifests cover seq {covered}, the ledger ends at seq {last}")]
+    ArchiveAheadOfLedger {
+        /// The last sequence the newest manifest covers.
+        covered: u64,
+        /// The ledger's last sequence.
+        last: u64,
     },
     /// The export worker thread stopped unexpectedly.
     #[error("export worker: {reason}")]
@@ -77,15 +74,6 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-}
-
-impl From<toolledger_verify::Error> for Error {
-    fn from(error: toolledger_verify::Error) -> Self {
-        Error::Stream {
-            stream: "nats".to_owned(),
-            reason: error.to_string(),
-        }
-    }
 }
 
 /// The crate's result type.

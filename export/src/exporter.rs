@@ -21,11 +21,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, consumer};
+use async_nats::jetstream;
 use bytes::Bytes;
-use futures::StreamExt;
+use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
 use toolledger_merkle::Checkpoint;
-use toolledger_verify::read::StreamReader;
 use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
 
 use crate::manifest::{self, Manifest, ManifestFile, part_name};
@@ -132,13 +131,6 @@ impl Segment {
     }
 }
 
-fn stream_error(stream: &str, e: &dyn std::fmt::Display) -> Error {
-    Error::Stream {
-        stream: stream.to_owned(),
-        reason: e.to_string(),
-    }
-}
-
 /// Applies a batch on a blocking thread (JSON parsing, hashing, the state machine).
 async fn apply_batch(
     tracker: Tracker,
@@ -184,32 +176,22 @@ async fn read_range(
     if from > to {
         return Ok((tracker, segment));
     }
-    let mut reader = StreamReader::open(js, stream, from).await?;
-    if reader.last() < to {
-        return Err(stream_error(
-            stream,
-            &format!(
-                "the archive's manifests cover seq {to}, the stream ends at {}",
-                reader.last()
-            ),
-        ));
-    }
-    let mut expected = from;
-    let mut batch = Vec::with_capacity(BATCH);
-    while expected <= to {
-        let Some((seq, bytes)) = reader.next().await? else {
-            return Err(Error::SequenceGap { expected, found: 0 });
-        };
-        if seq != expected {
-            return Err(Error::SequenceGap { expected, found: seq });
+    let mut reader = match OrderedReader::open(js, stream, ReadSpec::range(from, to)).await {
+        Ok(reader) => reader,
+        Err(toolledger_ledger::Error::BeyondTail { last, .. }) => {
+            return Err(Error::ArchiveAheadOfLedger { covered: to, last });
         }
-        batch.push((seq, bytes));
-        expected += 1;
-        if batch.len() >= BATCH || expected > to {
-            (tracker, segment) = apply_batch(tracker, segment, std::mem::take(&mut batch), rows).await?;
+        Err(error) => return Err(error.into()),
+    };
+    // The reader fails on a gap or an early end, so every sequence of the range is applied.
+    loop {
+        let batch = reader.next_batch(BATCH).await?;
+        if batch.is_empty() {
+            return Ok((tracker, segment));
         }
+        let batch = batch.into_iter().map(|m| (m.seq, m.payload)).collect();
+        (tracker, segment) = apply_batch(tracker, segment, batch, rows).await?;
     }
-    Ok((tracker, segment))
 }
 
 /// An encoded file ready to put.
@@ -386,7 +368,7 @@ async fn export_checkpoints(
     only: Option<u64>,
 ) -> Result<(u64, u64, u64)> {
     let stream = &options.checkpoint_stream;
-    let mut reader = match StreamReader::open(js, stream, position + 1).await {
+    let mut reader = match OrderedReader::open(js, stream, ReadSpec::to_tail(position + 1)).await {
         Ok(reader) => reader,
         Err(error) => {
             tracing::warn!(%error, stream = %stream, "checkpoint stream not readable; checkpoints not exported");
@@ -394,7 +376,8 @@ async fn export_checkpoints(
         }
     };
     let mut rows = Vec::new();
-    while let Some((seq, payload)) = reader.next().await? {
+    while let Some(message) = reader.next().await? {
+        let (seq, payload) = (message.seq, message.payload);
         if only.is_some_and(|last| seq > last) {
             break;
         }
@@ -468,7 +451,7 @@ pub async fn run(
 ) -> Result<Summary> {
     let js = jetstream::new(client);
     let stream = options.ledger_stream.clone();
-    let ledger_last = toolledger_verify::read::last_sequence(&js, &stream).await?;
+    let ledger_last = last_sequence(&js, &stream).await?;
     let mut summary = Summary::default();
     let mut tracker = Tracker::default();
     let report = |summary: &Summary, read_seq: u64| {
@@ -553,22 +536,9 @@ pub async fn run(
             return Ok(summary);
         }
         if messages.is_none() {
-            let handle = js
-                .get_stream(&stream)
-                .await
-                .map_err(|e| stream_error(&stream, &e))?;
-            let consumer = handle
-                .create_consumer(consumer::pull::OrderedConfig {
-                    deliver_policy: consumer::DeliverPolicy::ByStartSequence {
-                        start_sequence: read_seq + 1,
-                    },
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| stream_error(&stream, &e))?;
-            messages = Some(consumer.messages().await.map_err(|e| stream_error(&stream, &e))?);
+            messages = Some(OrderedReader::open(&js, &stream, ReadSpec::follow(read_seq + 1)).await?);
         }
-        let Some(stream_messages) = messages.as_mut() else {
+        let Some(reader) = messages.as_mut() else {
             continue;
         };
         let mut ended = false;
@@ -582,17 +552,14 @@ pub async fn run(
                     break;
                 }
                 () = &mut deadline => break,
-                next = stream_messages.next() => {
-                    let Some(message) = next else {
+                // The reader checks that sequences follow each other.
+                next = reader.next() => {
+                    let Some(message) = next? else {
                         ended = true;
                         break;
                     };
-                    let message = message.map_err(|e| stream_error(&stream, &e))?;
-                    let seq = message.info().map_err(|e| stream_error(&stream, &e))?.stream_sequence;
-                    if seq != read_seq + 1 + batch.len() as u64 {
-                        return Err(Error::SequenceGap { expected: read_seq + 1 + batch.len() as u64, found: seq });
-                    }
-                    batch.push((seq, message.payload.clone()));
+                    let seq = message.seq;
+                    batch.push((seq, message.payload));
                     if options.until_caught_up && seq >= ledger_last {
                         break;
                     }

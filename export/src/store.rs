@@ -1,5 +1,5 @@
 //! The archive's object store: opened from a URL the way the blob store is
-//! (`toolledger_ingest::payload::BlobStore::open_with`: a directory, `file:///dir`, `s3://bucket/prefix`,
+//! (`toolledger_ledger::BlobStore::open_with`: a directory, `file:///dir`, `s3://bucket/prefix`,
 //! `memory://`), with create-only puts that tolerate an identical re-run.
 
 use std::sync::Arc;

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
 use bytes::Bytes;
-use futures::StreamExt;
+use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
 use toolledger_merkle::{Hash, leaf_hash};
 
 use crate::{Error, Result};
@@ -165,15 +165,19 @@ impl Appender {
         if tail <= self.last_seq {
             return Ok(0);
         }
-        let stored = read_range(&self.js, &self.stream, self.last_seq + 1, tail).await?;
+        // A read-back that stalls as long as an ack may is a failed attempt, not a wait.
+        let spec = ReadSpec::range(self.last_seq + 1, tail).stall_after(ACK_TIMEOUT);
+        let mut stored = OrderedReader::open(&self.js, &self.stream, spec).await?;
         let mut landed = 0;
-        for (seq, bytes) in stored {
-            let ours = in_flight.get(landed).is_some_and(|e| leaf_hash(&bytes) == e.leaf);
+        while let Some(message) = stored.next().await? {
+            let ours = in_flight
+                .get(landed)
+                .is_some_and(|e| leaf_hash(&message.payload) == e.leaf);
             if !ours {
-                return Err(Error::ForeignAppend { seq });
+                return Err(Error::ForeignAppend { seq: message.seq });
             }
             landed += 1;
-            self.last_seq = seq;
+            self.last_seq = message.seq;
         }
         tracing::info!(landed, last_seq = self.last_seq, "reconciled in-flight entries");
         Ok(landed)
@@ -195,61 +199,4 @@ fn publish_error(seq: u64, kind: &PublishErrorKind, error: &dyn std::fmt::Displa
             reason: error.to_string(),
         },
     }
-}
-
-/// The stream's last sequence (0 when empty).
-pub async fn last_sequence(js: &jetstream::Context, stream: &str) -> Result<u64> {
-    let mut handle = js.get_stream(stream).await.map_err(|e| Error::Stream {
-        stream: stream.to_owned(),
-        reason: e.to_string(),
-    })?;
-    let info = handle.info().await.map_err(|e| Error::Stream {
-        stream: stream.to_owned(),
-        reason: e.to_string(),
-    })?;
-    Ok(info.state.last_sequence)
-}
-
-/// Reads messages `from..=to` of `stream` in order with an ordered consumer.
-pub async fn read_range(
-    js: &jetstream::Context,
-    stream: &str,
-    from: u64,
-    to: u64,
-) -> Result<Vec<(u64, Bytes)>> {
-    if from > to {
-        return Ok(Vec::new());
-    }
-    let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
-        stream: stream.to_owned(),
-        reason: e.to_string(),
-    };
-    let handle = js.get_stream(stream).await.map_err(|e| stream_error(&e))?;
-    let consumer = handle
-        .create_consumer(jetstream::consumer::pull::OrderedConfig {
-            deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: from },
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| stream_error(&e))?;
-    let mut messages = consumer.messages().await.map_err(|e| stream_error(&e))?;
-    let mut out = Vec::with_capacity(usize::try_from(to - from + 1).unwrap_or(0));
-    while let Some(message) = tokio::time::timeout(ACK_TIMEOUT, messages.next())
-        .await
-        .map_err(|_| Error::Stream {
-            stream: stream.to_owned(),
-            reason: format!("read of {from}..={to} stalled"),
-        })?
-    {
-        let message = message.map_err(|e| stream_error(&e))?;
-        let seq = message.info().map_err(|e| stream_error(&e))?.stream_sequence;
-        if seq > to {
-            break;
-        }
-        out.push((seq, message.payload.clone()));
-        if seq == to {
-            break;
-        }
-    }
-    Ok(out)
 }

@@ -22,7 +22,6 @@
 //! last signed root before ingest appends again, so an altered ledger stops ingest instead of being
 //! signed over.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, message::PublishMessage};
@@ -32,15 +31,19 @@ use toolledger_merkle::{
 use toolledger_wire::entry::hex;
 use toolledger_wire::streams::{CHECKPOINTS, CHECKPOINTS_SUBJECT, LEDGER};
 
-use crate::append::{PendingEntry, read_range};
+use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
+
+use crate::append::PendingEntry;
 use crate::{Error, Result};
+
+/// The tile store is opened from its configured location by the ledger-access crate, as every
+/// reader of the tiles opens it.
+pub use toolledger_ledger::open_tiles;
 
 /// Entries between checkpoints unless configured otherwise.
 pub const DEFAULT_EVERY: u64 = 1000;
 /// Longest time an appended entry waits for a checkpoint unless configured otherwise.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
-/// Ledger messages read per ordered consumer while restoring: bounds the bytes held at once.
-const READ_CHUNK: u64 = 4096;
 /// How long to wait for a checkpoint publish ack.
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -292,51 +295,27 @@ async fn last_checkpoint(
     Ok(Some((seq, checkpoint)))
 }
 
-/// The last message of `stream` as text, with its sequence; `None` when the stream is empty.
+/// The last message of `stream` as text, with its sequence; `None` when the stream is empty. A note
+/// that is not UTF-8 comes back garbled and then fails to verify, which is what it deserves.
 async fn last_message(js: &jetstream::Context, stream: &str) -> Result<Option<(u64, String)>> {
-    let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
-        stream: stream.to_owned(),
-        reason: e.to_string(),
-    };
-    let mut handle = js.get_stream(stream).await.map_err(|e| stream_error(&e))?;
-    let last = handle
-        .info()
-        .await
-        .map_err(|e| stream_error(&e))?
-        .state
-        .last_sequence;
+    let last = last_sequence(js, stream).await?;
     if last == 0 {
         return Ok(None);
     }
-    let message = handle.get_raw_message(last).await.map_err(|e| stream_error(&e))?;
-    let text = String::from_utf8(message.payload.to_vec())
-        .map_err(|_| stream_error(&format!("seq {last} is not UTF-8 text")))?;
-    Ok(Some((last, text)))
+    let payload = toolledger_ledger::message(js, stream, last).await?;
+    Ok(Some((last, String::from_utf8_lossy(&payload).into_owned())))
 }
 
-/// The leaf hashes of ledger entries `from..=to`, read in bounded chunks; a missing sequence is an
-/// error (the ledger denies deletes, so a gap means it was tampered with).
+/// The leaf hashes of ledger entries `from..=to`, read with one ordered consumer; a missing sequence
+/// is an error (the ledger denies deletes, so a gap means it was tampered with).
 pub async fn ledger_leaves(js: &jetstream::Context, stream: &str, from: u64, to: u64) -> Result<Vec<Hash>> {
     let mut leaves = Vec::with_capacity(usize::try_from(to.saturating_sub(from) + 1).unwrap_or(0));
-    let mut next = from;
-    while next <= to {
-        let end = to.min(next + READ_CHUNK - 1);
-        for (seq, bytes) in read_range(js, stream, next, end).await? {
-            if seq != next {
-                return Err(Error::Stream {
-                    stream: stream.to_owned(),
-                    reason: format!("ledger seq {next} is missing (next is {seq})"),
-                });
-            }
-            leaves.push(toolledger_merkle::leaf_hash(&bytes));
-            next += 1;
-        }
-        if next <= end {
-            return Err(Error::Stream {
-                stream: stream.to_owned(),
-                reason: format!("ledger ends at seq {} before {end}", next - 1),
-            });
-        }
+    if from > to {
+        return Ok(leaves);
+    }
+    let mut reader = OrderedReader::open(js, stream, ReadSpec::range(from, to)).await?;
+    while let Some(message) = reader.next().await? {
+        leaves.push(toolledger_merkle::leaf_hash(&message.payload));
     }
     Ok(leaves)
 }
@@ -397,57 +376,20 @@ async fn resume_from_tiles(
     let tile_leaf = TileReader::new(tiles)
         .leaf_hash(signed.size - 1, signed.size)
         .await?;
-    let mut next = signed.size;
+    // One pass from the signed size on: the first entry is the spot check, the rest extend the tree
+    // as they stream in, so memory stays flat however long the tail is.
+    let mut reader = OrderedReader::open(js, stream, ReadSpec::range(signed.size, tail)).await?;
     let mut first = true;
-    while next <= tail {
-        let end = tail.min(next + READ_CHUNK - 1);
-        let leaves = ledger_leaves(js, stream, next, end).await?;
-        for leaf in leaves {
-            if first {
-                first = false;
-                if leaf != tile_leaf {
-                    return Err(Error::LedgerDiverges { seq: signed.size });
-                }
-            } else {
-                log.append(leaf).await?;
+    while let Some(message) = reader.next().await? {
+        let leaf = toolledger_merkle::leaf_hash(&message.payload);
+        if first {
+            first = false;
+            if leaf != tile_leaf {
+                return Err(Error::LedgerDiverges { seq: signed.size });
             }
+        } else {
+            log.append(leaf).await?;
         }
-        next = end + 1;
     }
     Ok(log)
-}
-
-/// Opens the tile store at `location`: a directory path (created if missing), `file:///dir`,
-/// `memory://` (process-local, for tests) or `s3://bucket/prefix` (credentials and endpoint from the
-/// standard `AWS_*` environment variables).
-pub fn open_tiles(location: &str) -> Result<TileStore> {
-    let bad = |reason: String| Error::TileStoreConfig {
-        location: location.to_owned(),
-        reason,
-    };
-    if !location.contains("://") {
-        let dir = std::path::Path::new(location);
-        std::fs::create_dir_all(dir).map_err(|e| bad(e.to_string()))?;
-        return TileStore::local(dir).map_err(|e| bad(e.to_string()));
-    }
-    let url = url::Url::parse(location).map_err(|e| bad(e.to_string()))?;
-    let (scheme, prefix) = object_store::ObjectStoreScheme::parse(&url).map_err(|e| bad(e.to_string()))?;
-    match scheme {
-        object_store::ObjectStoreScheme::Memory => Ok(TileStore::in_memory()),
-        object_store::ObjectStoreScheme::Local => {
-            let dir = url
-                .to_file_path()
-                .map_err(|()| bad("not a local path".to_owned()))?;
-            std::fs::create_dir_all(&dir).map_err(|e| bad(e.to_string()))?;
-            TileStore::local(&dir).map_err(|e| bad(e.to_string()))
-        }
-        object_store::ObjectStoreScheme::AmazonS3 => {
-            let store = object_store::aws::AmazonS3Builder::from_env()
-                .with_url(location)
-                .build()
-                .map_err(|e| bad(e.to_string()))?;
-            Ok(TileStore::new(Arc::new(store), prefix.as_ref()))
-        }
-        other => Err(bad(format!("unsupported tile store {other:?}"))),
-    }
 }

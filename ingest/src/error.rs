@@ -99,70 +99,6 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
-    /// The blob store URL or its options are unusable.
-    #[error("blob store {url}: {reason}")]
-    BlobStoreConfig {
-        /// The store URL.
-        url: String,
-        /// What went wrong.
-        reason: String,
-    },
-    /// An erasure could not be planned, carried out or recorded.
-    #[error("erasure: {reason}")]
-    Erasure {
-        /// What went wrong.
-        reason: String,
-    },
-    /// An erasure reaches content inside the tenant's legal hold and was not forced.
-    #[error(
-        "erasure refused: {held} payloads of tenant {tenant} are inside the legal hold of {min_days} days (an admin may force it with a reason)"
-    )]
-    LegalHold {
-        /// The tenant.
-        tenant: String,
-        /// Payloads inside the hold.
-        held: usize,
-        /// The hold in days.
-        min_days: u32,
-    },
-    /// A payload's blob is not in the store (erased, or never written).
-    #[error("payload blob {blob_id} is missing")]
-    PayloadMissing {
-        /// The blob id the entry references.
-        blob_id: String,
-    },
-    /// A payload's blob does not match the commitment in the entry: it was altered or swapped.
-    #[error("payload blob {blob_id}: commitment {actual} does not match the entry's {expected}")]
-    PayloadDigestMismatch {
-        /// The blob id the entry references.
-        blob_id: String,
-        /// The commitment in the entry.
-        expected: String,
-        /// The commitment of the stored bytes.
-        actual: String,
-    },
-    /// The blob store kept failing with transient errors; nothing was lost, retry later.
-    #[error("blob store {operation} of {blob_id}: unavailable after {attempts} attempts: {reason}")]
-    BlobStoreUnavailable {
-        /// `put`, `get` or `delete`.
-        operation: &'static str,
-        /// The blob concerned.
-        blob_id: String,
-        /// Attempts made.
-        attempts: u32,
-        /// The last error.
-        reason: String,
-    },
-    /// The blob store refused an operation for good (permissions, configuration, a conflicting blob).
-    #[error("blob store {operation} of {blob_id}: {reason}")]
-    BlobStore {
-        /// The operation.
-        operation: &'static str,
-        /// The blob concerned.
-        blob_id: String,
-        /// What went wrong.
-        reason: String,
-    },
     /// An event's `{"$upload": …}` reference is malformed or names another tenant's bucket.
     #[error("upload reference at {path}: {reason}")]
     UploadInvalid {
@@ -251,17 +187,21 @@ pub enum Error {
         /// The sequence it was given.
         got: u64,
     },
-    /// The tile store location is unusable.
-    #[error("tile store {location}: {reason}")]
-    TileStoreConfig {
-        /// The configured location.
-        location: String,
-        /// What is wrong.
-        reason: String,
-    },
     /// The Merkle log (tiles, signing) failed.
     #[error("merkle log: {0}")]
     Merkle(#[from] toolledger_merkle::Error),
+    /// A field to offload has no RFC 8785 form (the event passed I-JSON checks, so this is a bug).
+    #[error("offloading {path}: no canonical form")]
+    OffloadEncode {
+        /// JSON Pointer of the field in the event.
+        path: String,
+        /// The canonicalizer's error.
+        #[source]
+        source: toolledger_wire::ijson::JsonError,
+    },
+    /// Reading the ledger back, the blob store or the tile store failed (`toolledger-ledger`).
+    #[error(transparent)]
+    Ledger(#[from] toolledger_ledger::Error),
 }
 
 /// Result with [`Error`] as the default error.

@@ -18,9 +18,11 @@
 //! - [`poison`]: messages the client cannot read, caught after `max_deliver` and fetched raw.
 //! - [`metrics`]: what `/metrics` shows of ingest.
 //! - [`scrub`]: secrets replaced by HMAC markers; declared sensitive fields per tool.
-//! - [`payload`]: large and erasable fields and producer uploads moved to the blob store, verified reads.
-//! - [`erase`]: erasure of offloaded content by invocation, session, blob, tenant or age (retention),
-//!   recorded as `toolledger.erasure.completed` through ingest.
+//! - [`payload`]: large and erasable fields and producer uploads moved to the blob store.
+//!
+//! Ledger reads (the appender's read-back, the tree's restore), the blob store and the tile store
+//! come from `toolledger-ledger`, which every reader shares; so do erasure and quarantine
+//! administration, which ingest only records and publishes for.
 //!
 //! Data enters as ATL_INBOUND messages and leaves as ATL_LEDGER entries, ATL_QUARANTINE originals
 //! and inbound acks.
@@ -29,7 +31,6 @@
 pub mod append;
 pub mod checkpoint;
 pub mod dedupe;
-pub mod erase;
 pub mod lease;
 pub mod metrics;
 pub mod payload;

@@ -7,14 +7,21 @@
 //! deterministic functions of the inbound message (the receipt's time is the message's publish
 //! time, the quarantine publish carries `Nats-Msg-Id: quarantine-<inbound seq>`), so a redelivery
 //! after a crash yields the same receipt, which duplicate detection then drops.
+//!
+//! The message format (the `Atl-*` headers) is shared with the `quarantine` tool, which lists, shows
+//! and redrives these messages through [`toolledger_ledger::quarantine`].
 
 use async_nats::HeaderMap;
-use async_nats::header::{HeaderName, HeaderValue};
+use async_nats::header::HeaderValue;
 use async_nats::jetstream;
 use bytes::Bytes;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use toolledger_ledger::quarantine::{
+    DETAIL, INBOUND_SEQ, INBOUND_SUBJECT, ORIGINAL_HEADERS_BASE64, ORIGINAL_PREFIX, REASON, header_safe,
+    insert_header as insert,
+};
 use toolledger_wire::entry::hex;
 use toolledger_wire::{QuarantineReason, Tenant, subject::quarantine_subject};
 
@@ -22,8 +29,6 @@ use crate::{Error, Result};
 
 /// The source of every event the ledger writes itself.
 pub const LEDGER_SOURCE: &str = "toolledger://ingest";
-/// How much of a rejection's detail goes into headers and receipts.
-const MAX_DETAIL: usize = 2000;
 
 /// Why and whose: what a rejection needs besides the message itself.
 #[derive(Debug, Clone)]
@@ -64,31 +69,6 @@ pub struct Quarantined {
     pub seq: u64,
 }
 
-/// Keeps header values single-line and bounded; header values cannot hold CR or LF.
-fn header_safe(text: &str) -> String {
-    let mut out: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if out.len() > MAX_DETAIL {
-        let mut end = MAX_DETAIL;
-        while !out.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.truncate(end);
-    }
-    out
-}
-
-fn insert(headers: &mut HeaderMap, name: &str, value: &str) {
-    if let (Ok(name), Ok(value)) = (
-        name.parse::<HeaderName>(),
-        header_safe(value).parse::<HeaderValue>(),
-    ) {
-        headers.insert(name, value);
-    }
-}
-
 /// Publishes the original to ATL_QUARANTINE and waits for the ack.
 pub async fn publish(
     js: &jetstream::Context,
@@ -101,7 +81,7 @@ pub async fn publish(
         for (name, values) in theirs.iter() {
             let name = name.to_string();
             let renamed = if name.to_ascii_lowercase().starts_with("nats-") {
-                format!("Atl-Orig-{name}")
+                format!("{ORIGINAL_PREFIX}{name}")
             } else {
                 name
             };
@@ -114,13 +94,13 @@ pub async fn publish(
         use base64::Engine;
         let encoded = base64::engine::general_purpose::STANDARD.encode(raw);
         if let Ok(value) = encoded.parse::<HeaderValue>() {
-            headers.insert("Atl-Orig-Headers-Base64", value);
+            headers.insert(ORIGINAL_HEADERS_BASE64, value);
         }
     }
-    insert(&mut headers, "Atl-Quarantine-Reason", rejection.reason.as_str());
-    insert(&mut headers, "Atl-Quarantine-Detail", &rejection.detail);
-    insert(&mut headers, "Atl-Inbound-Subject", &original.subject);
-    insert(&mut headers, "Atl-Inbound-Seq", &original.inbound_seq.to_string());
+    insert(&mut headers, REASON, rejection.reason.as_str());
+    insert(&mut headers, DETAIL, &rejection.detail);
+    insert(&mut headers, INBOUND_SUBJECT, &original.subject);
+    insert(&mut headers, INBOUND_SEQ, &original.inbound_seq.to_string());
     insert(
         &mut headers,
         "Nats-Msg-Id",
@@ -173,168 +153,4 @@ pub fn receipt_event(original: &Original, rejection: &Rejection, quarantined: &Q
         "tenant": rejection.tenant.as_str(),
         "data": data,
     })
-}
-
-/// A quarantined message as operators see it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct QuarantineRecord {
-    /// Its ATL_QUARANTINE sequence.
-    pub seq: u64,
-    /// When it was quarantined.
-    pub time: DateTime<Utc>,
-    /// `atl.quarantine.<tenant>.<reason>`.
-    pub subject: String,
-    /// The reason token.
-    pub reason: String,
-    /// What was wrong.
-    pub detail: String,
-    /// The subject it arrived on.
-    pub inbound_subject: String,
-    /// Its headers as stored (the original's, plus the `Atl-*` ones).
-    pub headers: Vec<(String, String)>,
-    /// The original body.
-    #[serde(skip)]
-    pub payload: Bytes,
-    /// The body's size in bytes.
-    pub size: usize,
-}
-
-impl QuarantineRecord {
-    fn from_raw(raw: crate::poison::RawStored) -> Self {
-        let headers: Vec<(String, String)> = String::from_utf8_lossy(&raw.headers)
-            .split("\r\n")
-            .skip(1)
-            .filter_map(|line| line.split_once(':'))
-            .map(|(name, value)| (name.trim().to_owned(), value.trim().to_owned()))
-            .collect();
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default()
-        };
-        Self {
-            seq: raw.seq,
-            time: raw.time,
-            reason: header("Atl-Quarantine-Reason"),
-            detail: header("Atl-Quarantine-Detail"),
-            inbound_subject: header("Atl-Inbound-Subject"),
-            subject: raw.subject,
-            size: raw.payload.len(),
-            payload: raw.payload,
-            headers,
-        }
-    }
-
-    /// The headers to republish with: the original's, `Atl-Orig-Nats-*` restored to `Nats-*`
-    /// except the producer's message id (a redrive is a new publish), the quarantine's own dropped.
-    pub fn original_headers(&self) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in &self.headers {
-            let lower = name.to_ascii_lowercase();
-            if lower.starts_with("atl-orig-nats-msg-id")
-                || (lower.starts_with("atl-") && !lower.starts_with("atl-orig-"))
-            {
-                continue;
-            }
-            let restored = name.strip_prefix("Atl-Orig-").unwrap_or(name);
-            insert(&mut headers, restored, value);
-        }
-        headers
-    }
-}
-
-/// Quarantined messages, newest first, at most `limit`, optionally only one tenant's or reason's.
-pub async fn list(
-    js: &jetstream::Context,
-    tenant: Option<&str>,
-    reason: Option<&str>,
-    limit: usize,
-) -> Result<Vec<QuarantineRecord>> {
-    use toolledger_wire::streams::QUARANTINE;
-    let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
-        stream: QUARANTINE.to_owned(),
-        reason: e.to_string(),
-    };
-    let mut stream = js.get_stream(QUARANTINE).await.map_err(|e| stream_error(&e))?;
-    let state = &stream.info().await.map_err(|e| stream_error(&e))?.state;
-    let (first, last) = (state.first_sequence.max(1), state.last_sequence);
-    let mut out = Vec::new();
-    let mut seq = last;
-    while seq >= first && out.len() < limit {
-        if let Some(raw) = crate::poison::get_raw(js, QUARANTINE, seq).await? {
-            let record = QuarantineRecord::from_raw(raw);
-            let mut tokens = record.subject.split('.').skip(2);
-            let matches_tenant = tenant.is_none_or(|t| tokens.next() == Some(t));
-            let matches_reason = reason.is_none_or(|r| record.reason == r);
-            if matches_tenant && matches_reason {
-                out.push(record);
-            }
-        }
-        seq -= 1;
-    }
-    Ok(out)
-}
-
-/// One quarantined message.
-pub async fn show(js: &jetstream::Context, seq: u64) -> Result<Option<QuarantineRecord>> {
-    Ok(
-        crate::poison::get_raw(js, toolledger_wire::streams::QUARANTINE, seq)
-            .await?
-            .map(QuarantineRecord::from_raw),
-    )
-}
-
-/// Republishes a quarantined original to the subject it arrived on, with its original headers; or a
-/// corrected `body` — a structured CloudEvent or an agenttool-event envelope, JSON — in place of
-/// the original, without the original's CloudEvents headers. Ingest then judges it afresh. Returns
-/// the new ATL_INBOUND sequence.
-pub async fn redrive(js: &jetstream::Context, seq: u64, body: Option<Bytes>) -> Result<u64> {
-    let record = show(js, seq).await?.ok_or_else(|| Error::Quarantine {
-        inbound_seq: seq,
-        reason: "no quarantined message with that sequence".to_owned(),
-    })?;
-    if record.inbound_subject.is_empty() {
-        return Err(Error::Quarantine {
-            inbound_seq: seq,
-            reason: "the record names no inbound subject".to_owned(),
-        });
-    }
-    let failed = |e: &dyn std::fmt::Display| Error::Quarantine {
-        inbound_seq: seq,
-        reason: format!("redrive: {e}"),
-    };
-    let mut headers = record.original_headers();
-    if body.is_some() {
-        let mut kept = HeaderMap::new();
-        for (name, values) in headers.iter() {
-            let lower = name.to_string().to_ascii_lowercase();
-            if lower.starts_with("ce-") || lower == "content-type" {
-                continue;
-            }
-            for value in values {
-                kept.append(name.clone(), value.clone());
-            }
-        }
-        let structured = body
-            .as_deref()
-            .and_then(|b| serde_json::from_slice::<Value>(b).ok())
-            .is_some_and(|v| v.get("specversion").is_some());
-        if structured {
-            insert(&mut kept, "content-type", "application/cloudevents+json");
-        }
-        headers = kept;
-    }
-    let ack = js
-        .publish_with_headers(
-            record.inbound_subject.clone(),
-            headers,
-            body.unwrap_or(record.payload),
-        )
-        .await
-        .map_err(|e| failed(&e))?
-        .await
-        .map_err(|e| failed(&e))?;
-    Ok(ack.sequence)
 }

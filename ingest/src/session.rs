@@ -26,11 +26,12 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, AckKind, consumer::pull};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use toolledger_ledger::read_range;
 use toolledger_merkle::NoteSigner;
 use toolledger_wire::LedgerEntry;
 use toolledger_wire::streams::{INBOUND, LEDGER};
 
-use crate::append::{Appender, PendingEntry, read_range};
+use crate::append::{Appender, PendingEntry};
 use crate::checkpoint::{self, CheckpointSettings, Checkpointer};
 use crate::dedupe::{IdentityIndex, IdentityKey};
 use crate::lease::{LEASE_BUCKET, Lease};

@@ -3,8 +3,8 @@
 //!
 //! ```text
 //!  async (tokio)                                         dedicated thread (rusqlite)
-//!  ATL_LEDGER ─▶ ordered consumer from position+1          ┌──────────────────────────────┐
-//!     ─▶ ready_chunks(batch_size) ─▶ Vec<RawEntry> ──────▶ │ bounded channel (4 batches)   │
+//!  ATL_LEDGER ─▶ OrderedReader from position+1            ┌──────────────────────────────┐
+//!     ─▶ next_batch(batch_size) ─▶ Vec<RawEntry> ────────▶ │ bounded channel (4 batches)   │
 //!                                                          │ Store::apply_batch: rows and  │
 //!  select: shutdown | generation switched | next chunk     │ position in one transaction   │
 //!                                                          └──────────────────────────────┘
@@ -19,11 +19,11 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicI64;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, consumer};
-use futures::StreamExt;
+use async_nats::jetstream;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use toolledger_core::telemetry::Telemetry;
+use toolledger_ledger::{OrderedReader, ReadSpec};
 use toolledger_schemas::state::Config as StateConfig;
 use toolledger_wire::streams::LEDGER;
 
@@ -125,18 +125,13 @@ impl Meter {
     }
 }
 
-fn ledger_error(reason: impl std::fmt::Display) -> Error {
+/// A failed ledger read as the projector reports it (its error keeps text only, so the causes are
+/// written out).
+fn read_error(error: toolledger_ledger::Error) -> Error {
     Error::Ledger {
         stream: LEDGER.to_owned(),
-        reason: reason.to_string(),
+        reason: toolledger_ledger::with_causes(&error),
     }
-}
-
-/// The ledger's last sequence.
-async fn last_sequence(js: &jetstream::Context) -> Result<u64> {
-    let mut stream = js.get_stream(LEDGER).await.map_err(ledger_error)?;
-    let info = stream.info().await.map_err(ledger_error)?;
-    Ok(info.state.last_sequence)
 }
 
 /// Why a pump ended.
@@ -166,16 +161,12 @@ async fn pump<S: Future<Output = ()>>(
     if until.is_some_and(|until| from > until) {
         return Ok((PumpEnd::Reached, store));
     }
-    let stream = js.get_stream(LEDGER).await.map_err(ledger_error)?;
-    let ordered = stream
-        .create_consumer(consumer::pull::OrderedConfig {
-            deliver_policy: consumer::DeliverPolicy::ByStartSequence { start_sequence: from },
-            ..Default::default()
-        })
-        .await
-        .map_err(ledger_error)?;
-    let messages = ordered.messages().await.map_err(ledger_error)?;
-    let mut chunks = messages.ready_chunks(options.batch_size.max(1));
+    let spec = match until {
+        Some(until) => ReadSpec::range(from, until),
+        None => ReadSpec::follow(from),
+    };
+    let mut reader = OrderedReader::open(js, LEDGER, spec).await.map_err(read_error)?;
+    let batch_size = options.batch_size.max(1);
 
     let (tx, rx) = mpsc::channel::<Vec<RawEntry>>(CHANNEL_CAPACITY);
     let writer = spawn_writer(store, rx, meter.clone(), options.progress_every);
@@ -183,7 +174,7 @@ async fn pump<S: Future<Output = ()>>(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let end = loop {
-        let chunk = tokio::select! {
+        let read = tokio::select! {
             biased;
             () = shutdown.as_mut() => break PumpEnd::Shutdown,
             _ = tick.tick() => {
@@ -194,57 +185,47 @@ async fn pump<S: Future<Output = ()>>(
                 }
                 continue;
             }
-            chunk = chunks.next() => chunk,
+            read = reader.next_batch(batch_size) => read,
         };
-        let Some(chunk) = chunk else {
+        let batch = match read {
+            Ok(batch) => batch,
+            // A gap is fatal, as the store would find it: the projection never skips an entry.
+            Err(toolledger_ledger::Error::SequenceGap { expected, found, .. }) => {
+                drop(tx);
+                let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+                return Err(Error::LedgerGap {
+                    position: expected - 1,
+                    next: found,
+                });
+            }
+            Err(error) => {
+                tracing::warn!(error = %toolledger_ledger::with_causes(&error), "ledger read failed; restarting from the stored position");
+                break PumpEnd::Restart;
+            }
+        };
+        let Some(last) = batch.last() else {
+            if until.is_some() {
+                break PumpEnd::Reached;
+            }
             tracing::warn!("ledger consumer ended; restarting from the stored position");
             break PumpEnd::Restart;
         };
-        let mut batch = Vec::with_capacity(chunk.len());
-        let mut failed = None;
-        let mut reached = false;
-        for message in chunk {
-            let message = match message {
-                Ok(message) => message,
-                Err(error) => {
-                    failed = Some(error.to_string());
-                    break;
-                }
-            };
-            let info = match message.info() {
-                Ok(info) => (info.stream_sequence, info.pending),
-                Err(error) => {
-                    failed = Some(error.to_string());
-                    break;
-                }
-            };
-            if until.is_some_and(|until| info.0 > until) {
-                reached = true;
-                break;
-            }
-            meter.lag.set(i64::try_from(info.1).unwrap_or(i64::MAX));
-            batch.push(RawEntry {
-                seq: info.0,
+        meter.lag.set(i64::try_from(last.pending).unwrap_or(i64::MAX));
+        let reached = until == Some(last.seq);
+        let entries = batch
+            .into_iter()
+            .map(|message| RawEntry {
+                seq: message.seq,
                 bytes: message.payload.to_vec(),
-            });
-            if until == Some(info.0) {
-                reached = true;
-                break;
-            }
-        }
-        if !batch.is_empty() {
-            tokio::select! {
-                biased;
-                () = shutdown.as_mut() => break PumpEnd::Shutdown,
-                sent = tx.send(batch) => if sent.is_err() {
-                    // The writer stopped: its result says why.
-                    break PumpEnd::Restart;
-                },
-            }
-        }
-        if let Some(error) = failed {
-            tracing::warn!(%error, "ledger consumer failed; restarting from the stored position");
-            break PumpEnd::Restart;
+            })
+            .collect();
+        tokio::select! {
+            biased;
+            () = shutdown.as_mut() => break PumpEnd::Shutdown,
+            sent = tx.send(entries) => if sent.is_err() {
+                // The writer stopped: its result says why.
+                break PumpEnd::Restart;
+            },
         }
         if reached {
             break PumpEnd::Reached;
@@ -391,7 +372,9 @@ pub async fn rebuild(
     let js = jetstream::new(client);
     let generations = Generations::new(&options.data_dir);
     let meter = Meter::new(options.telemetry.as_ref());
-    let target = last_sequence(&js).await?;
+    let target = toolledger_ledger::last_sequence(&js, LEDGER)
+        .await
+        .map_err(read_error)?;
     let generation = generations.create_next()?;
     tracing::info!(generation = %generation.name(), target, "rebuilding the projection");
     let database = generation.database();

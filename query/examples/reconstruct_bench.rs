@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rusqlite::params;
-use toolledger_testkit::entry_bytes;
 use toolledger_projector::{Generations, RawEntry, Store};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
+use toolledger_testkit::entry_bytes;
 
 const SAMPLES: usize = 1000;
 const RUNS: usize = 3;

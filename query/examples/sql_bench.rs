@@ -21,11 +21,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use toolledger_testkit::entry_bytes;
 use toolledger_core::telemetry::Telemetry;
 use toolledger_projector::{Generations, RawEntry, SqlLimits, SqlScope, Store};
 use toolledger_query::{ApiOptions, Tokens};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
+use toolledger_testkit::entry_bytes;
 
 const READS: usize = 200;
 const RUNS: usize = 3;

@@ -32,7 +32,7 @@ use prometheus_client::metrics::family::Family;
 use serde::Serialize;
 use serde_json::json;
 use toolledger_core::telemetry::Telemetry;
-use toolledger_ingest::payload::BlobStore;
+use toolledger_ledger::BlobStore;
 
 use crate::access::{AccessLog, AccessRead};
 use crate::auth::{Principal, Tokens};
@@ -179,7 +179,7 @@ pub fn router(data_dir: &std::path::Path, options: ApiOptions, telemetry: Teleme
         .as_deref()
         .map(BlobStore::open)
         .transpose()
-        .map_err(|e| Error::BlobStore(e.to_string()))?;
+        .map_err(Error::BlobStore)?;
     let requests = Family::<RequestLabels, Counter>::default();
     telemetry.register(|registry| {
         registry.register(

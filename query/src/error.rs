@@ -51,8 +51,8 @@ pub enum Error {
         source: rusqlite::Error,
     },
     /// The blob store could not be opened.
-    #[error("blob store: {0}")]
-    BlobStore(String),
+    #[error("blob store could not be opened")]
+    BlobStore(#[source] toolledger_ledger::Error),
     /// A blocking read task panicked or was cancelled.
     #[error("read task failed: {0}")]
     Task(String),

@@ -2,7 +2,7 @@
 //! altered blob is reported on the payload, never an error of the whole request.
 
 use serde_json::Value;
-use toolledger_ingest::payload::BlobStore;
+use toolledger_ledger::BlobStore;
 use toolledger_wire::{PayloadRef, Tenant};
 
 use crate::reconstruct::Reconstruction;
@@ -37,7 +37,7 @@ pub async fn check(blobs: &BlobStore, reconstruction: &mut Reconstruction, with_
                     );
                 }
             }
-            Err(toolledger_ingest::Error::PayloadMissing { .. }) => {
+            Err(toolledger_ledger::Error::PayloadMissing { .. }) => {
                 payload.status = if payload.erasure_id.is_some() {
                     "erased"
                 } else {
@@ -45,13 +45,13 @@ pub async fn check(blobs: &BlobStore, reconstruction: &mut Reconstruction, with_
                 }
                 .to_owned();
             }
-            Err(error @ toolledger_ingest::Error::PayloadDigestMismatch { .. }) => {
+            Err(error @ toolledger_ledger::Error::PayloadDigestMismatch { .. }) => {
                 payload.status = "commitment_mismatch".to_owned();
                 payload.detail = Some(error.to_string());
             }
             Err(error) => {
                 payload.status = "unavailable".to_owned();
-                payload.detail = Some(error.to_string());
+                payload.detail = Some(toolledger_ledger::with_causes(&error));
             }
         }
     }

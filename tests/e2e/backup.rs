@@ -69,11 +69,7 @@ fn a_restored_ledger_verifies_and_rebuilds_the_same_projection() {
         let report = toolledger_wire::produce::publish_all(&js, outgoing).await;
         assert!(report.failed.is_empty(), "{:?}", report.failed);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while toolledger_verify::read::last_sequence(&js, "ATL_LEDGER")
-            .await
-            .unwrap()
-            < events.len() as u64
-        {
+        while toolledger_ledger::last_sequence(&js, "ATL_LEDGER").await.unwrap() < events.len() as u64 {
             assert!(Instant::now() < deadline);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -339,7 +339,7 @@ async fn cluster_leader_kills(cycles: usize, sessions: usize) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let last = loop {
         let inbound = messages(&admin, streams::INBOUND).await;
-        let ledger = toolledger_verify::read::last_sequence(&admin, streams::LEDGER)
+        let ledger = toolledger_ledger::last_sequence(&admin, streams::LEDGER)
             .await
             .ok();
         if let (Some(0), Some(last)) = (inbound, ledger)
@@ -363,7 +363,7 @@ async fn cluster_leader_kills(cycles: usize, sessions: usize) {
     );
 
     // Every acked event exactly once, by event id.
-    let stored = toolledger_verify::read::read_all(&admin, streams::LEDGER)
+    let stored = toolledger_ledger::read_all(&admin, streams::LEDGER)
         .await
         .unwrap();
     let ids: Vec<String> = stored

@@ -165,9 +165,7 @@ async fn ingest_killed_at_random_moments_loses_and_duplicates_nothing() {
 
     let mut ledger = js.get_stream(LEDGER).await.unwrap();
     let tail = ledger.info().await.unwrap().state.last_sequence;
-    let stored = toolledger_ingest::append::read_range(&js, LEDGER, 1, tail)
-        .await
-        .unwrap();
+    let stored = toolledger_ledger::read_range(&js, LEDGER, 1, tail).await.unwrap();
     let ids: Vec<String> = stored
         .iter()
         .map(|(_, bytes)| {

@@ -593,7 +593,7 @@ fn ingest_as_the_shipped_user_leaves_no_secret_at_rest() {
             .messages;
         let mut stored = Vec::new();
         for stream in ["ATL_LEDGER", "ATL_QUARANTINE"] {
-            for (_, bytes) in toolledger_verify::read::read_all(&admin, stream).await.unwrap() {
+            for (_, bytes) in toolledger_ledger::read_all(&admin, stream).await.unwrap() {
                 stored.push((stream, bytes));
             }
         }

@@ -26,14 +26,14 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use toolledger_ingest::payload::{BlobStore, NONCE_LEN};
+use toolledger_ledger::{BlobStore, NONCE_LEN};
 use toolledger_merkle::{
     Checkpoint, Hash, Verifiers, empty_root, leaf_hash, verify_consistency, verify_inclusion,
 };
 use toolledger_wire::{PayloadRef, Tenant};
 
 use crate::prove::{self, ProveSource};
-use crate::{Error, Result, hex, parse_hash, read};
+use crate::{Error, Result, hex, parse_hash};
 
 /// The `format` of the bundles this module writes and reads.
 pub const FORMAT: &str = "toolledger-evidence-bundle/1";
@@ -549,7 +549,7 @@ async fn payload_blobs(
         };
         let blob = match store.fetch_raw(&tenant, &reference.blob_id).await {
             Ok(blob) => blob,
-            Err(toolledger_ingest::Error::PayloadMissing { .. }) => {
+            Err(toolledger_ledger::Error::PayloadMissing { .. }) => {
                 left_out.push(PayloadLeftOut {
                     seq,
                     blob_id: reference.blob_id.clone(),
@@ -557,7 +557,7 @@ async fn payload_blobs(
                 });
                 continue;
             }
-            Err(error) => return Err(unavailable(error.to_string())),
+            Err(error) => return Err(unavailable(toolledger_ledger::with_causes(&error))),
         };
         // A blob that no longer matches its commitment is tampering in the store: say so rather than
         // write a bundle that cannot verify.
@@ -593,7 +593,7 @@ pub async fn build_bundle(
     let (Some(&first), Some(&last_wanted)) = (seqs.first(), seqs.last()) else {
         return Err(Error::EmptyBundle);
     };
-    let last = read::last_sequence(js, &source.ledger_stream).await?;
+    let last = toolledger_ledger::last_sequence(js, &source.ledger_stream).await?;
     if first == 0 || last_wanted > last {
         let seq = if first == 0 { first } else { last_wanted };
         return Err(Error::NoSuchEntry { seq, last });

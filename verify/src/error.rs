@@ -11,14 +11,6 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
-    /// A stream could not be read or inspected.
-    #[error("stream {stream}: {reason}")]
-    Stream {
-        /// The stream's name.
-        stream: String,
-        /// What went wrong.
-        reason: String,
-    },
     /// The requested ledger sequence is not in the ledger.
     #[error("ledger seq {seq} is not in the ledger (last seq {last})")]
     NoSuchEntry {
@@ -126,6 +118,9 @@ pub enum Error {
     /// The Merkle library refused (a proof, a tile, a signature).
     #[error("merkle: {0}")]
     Merkle(#[from] toolledger_merkle::Error),
+    /// A stream could not be read (or, in a backup, has a gap), or a store could not be opened.
+    #[error(transparent)]
+    Ledger(#[from] toolledger_ledger::Error),
 }
 
 /// The crate's result type.

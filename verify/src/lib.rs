@@ -12,7 +12,6 @@
 //! ```
 //!
 //! Modules:
-//! - [`read`]: reading the ledger and checkpoint streams (ordered consumers, direct gets).
 //! - [`mod@verify`]: [`verify_ledger`], the [`Report`] and its typed [`Finding`]s.
 //! - [`prove`]: [`prove_inclusion`] and [`prove_consistency`], their JSON outputs and offline checks.
 //! - [`bundle`]: evidence bundles (`docs/evidence-bundles.md`): [`bundle::build_bundle`] from NATS and a
@@ -20,15 +19,15 @@
 //!
 //! - [`backup`]: the two streams to files and back into a fresh contract, byte for byte.
 //!
-//! Data enters from NATS (the two streams and their live configurations) and an optional tile store;
-//! it leaves as a report and as JSON proofs. Only [`backup::restore`] writes (into empty streams).
+//! Data enters from NATS (the two streams and their live configurations), read through
+//! `toolledger-ledger`'s ordered reader, and an optional tile and blob store; it leaves as a report
+//! and as JSON proofs. Only [`backup::restore`] writes (into empty streams).
 #![warn(missing_docs)]
 
 pub mod backup;
 pub mod bundle;
 mod error;
 pub mod prove;
-pub mod read;
 pub mod verify;
 
 pub use error::{Error, Result};

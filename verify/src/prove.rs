@@ -16,9 +16,9 @@ use async_nats::jetstream;
 use serde::{Deserialize, Serialize};
 use toolledger_merkle::{Checkpoint, Hash, TileReader, TileStore, TiledLog, Verifiers, leaf_hash};
 
-use crate::read::{self, StreamReader};
 use crate::verify::{Signed, trusted_checkpoints};
 use crate::{Error, Result, hex, parse_hash};
+use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
 
 /// Where proofs come from.
 #[derive(Debug, Clone)]
@@ -174,16 +174,16 @@ pub(crate) async fn tree_reader(
             Err(error) => tracing::warn!(%error, size, "tiles unusable; proving from the ledger"),
         }
     }
-    let mut reader = StreamReader::open(js, &source.ledger_stream, 1).await?;
+    let mut reader = OrderedReader::open(js, &source.ledger_stream, ReadSpec::to_tail(1)).await?;
     let mut leaves = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     while (leaves.len() as u64) < size {
-        let Some((_, bytes)) = reader.next().await? else {
+        let Some(message) = reader.next().await? else {
             return Err(Error::NoSuchEntry {
                 seq: size,
                 last: leaves.len() as u64,
             });
         };
-        leaves.push(leaf_hash(&bytes));
+        leaves.push(leaf_hash(&message.payload));
     }
     let store = TileStore::in_memory();
     TiledLog::rebuild(store.clone(), leaves).await?;
@@ -257,7 +257,7 @@ pub async fn prove_inclusion(
     seq: u64,
     checkpoint_size: Option<u64>,
 ) -> Result<InclusionOutput> {
-    let last = read::last_sequence(js, &source.ledger_stream).await?;
+    let last = last_sequence(js, &source.ledger_stream).await?;
     if seq == 0 || seq > last {
         return Err(Error::NoSuchEntry { seq, last });
     }
@@ -297,7 +297,7 @@ pub(crate) async fn inclusion_in(
             wanted: format!("of size {size} covering seq {seq}"),
         });
     }
-    let entry = read::message(js, &source.ledger_stream, seq).await?;
+    let entry = toolledger_ledger::message(js, &source.ledger_stream, seq).await?;
     let leaf = leaf_hash(&entry);
     let proof = reader.inclusion_proof(seq - 1, size).await?;
     proof

@@ -6,7 +6,8 @@
 //!                sizes strictly growing (equal sizes with other roots are a fork)
 //! 2 configs      the live ledger and checkpoint stream configurations against DESIGN §2
 //! 3 tiles        (given a tile store) check_tiles against the newest trusted checkpoint
-//! 4 ledger pass  seq 1..=last: no gaps, a readable canonical entry, leaf hash ─▶ tree;
+//! 4 ledger pass  seq 1..=last: no gaps, a readable entry whose bytes are the RFC 8785 form of
+//!                what they parse to, leaf hash ─▶ tree;
 //!                leaf = the trusted tiles' leaf (the exact position of an altered entry);
 //!                root at every checkpoint size = the signed root
 //! 5 afterwards   checkpoints beyond the ledger's end; consistency proofs (from trusted tiles)
@@ -24,18 +25,15 @@ use std::fmt;
 
 use async_nats::jetstream;
 use serde::Serialize;
-use toolledger_ingest::Error as IngestError;
-use toolledger_ingest::payload::BlobStore;
+use toolledger_ledger::erasure::ERASURE_CLASS;
+use toolledger_ledger::{BlobStore, Error as LedgerError, OrderedReader, ReadSpec, read_all};
 use toolledger_merkle::tile::{TILE_WIDTH, TileId, tile_for};
 use toolledger_merkle::{Checkpoint, CompactRange, Hash, TileReader, TileStore, Verifiers};
+use toolledger_wire::ijson::JsonProblem;
 use toolledger_wire::streams::{self, CHECKPOINTS, LEDGER};
-use toolledger_wire::{LedgerEntry, PayloadRef, Tenant};
+use toolledger_wire::{Error as WireError, LedgerEntry, PayloadRef, Tenant};
 
-use crate::read::{StreamReader, read_all};
 use crate::{Result, hex};
-
-/// The class of the ledger's erasure records (DESIGN §5).
-const ERASURE_COMPLETED: &str = "toolledger.erasure.completed";
 
 /// How often the progress callback is called, in entries.
 const PROGRESS_EVERY: u64 = 1024;
@@ -147,12 +145,20 @@ pub enum Finding {
         /// The sequence found.
         found_seq: u64,
     },
-    /// A ledger message is not a canonical ledger entry.
+    /// A ledger message is not a ledger entry (not JSON, not I-JSON, or not the entry's shape).
     EntryUnreadable {
         /// Its ledger sequence.
         seq: u64,
         /// Why it cannot be read.
         reason: String,
+    },
+    /// A ledger message reads as an entry, but its bytes are not the RFC 8785 bytes of the JSON they
+    /// hold (re-spaced, pretty-printed, members reordered, numbers or strings written another way).
+    /// The tree may well be consistent over it: what is wrong is that the writer did not write the
+    /// one byte form DESIGN §4 promises, so equal entries could hash differently.
+    EntryNotCanonical {
+        /// Its ledger sequence.
+        seq: u64,
     },
     /// The entry at `seq` is not the one the signed tree holds there (located with tiles a signed
     /// root vouches for): changed, dropped, swapped or inserted from here on.
@@ -226,7 +232,9 @@ impl Finding {
     pub fn ledger_seq(&self) -> Option<u64> {
         match self {
             Self::SequenceGap { expected_seq, .. } => Some(*expected_seq),
-            Self::EntryUnreadable { seq, .. } | Self::EntryAltered { seq, .. } => Some(*seq),
+            Self::EntryUnreadable { seq, .. }
+            | Self::EntryNotCanonical { seq }
+            | Self::EntryAltered { seq, .. } => Some(*seq),
             Self::RootMismatch { good_through, .. } => Some(good_through + 1),
             Self::CheckpointBeyondLedger { ledger_size, .. } => Some(ledger_size + 1),
             _ => None,
@@ -292,7 +300,11 @@ impl fmt::Display for Finding {
                 "missing: the ledger jumps from seq {} to {found_seq}",
                 expected_seq - 1
             ),
-            Self::EntryUnreadable { reason, .. } => write!(f, "not a canonical ledger entry: {reason}"),
+            Self::EntryUnreadable { reason, .. } => write!(f, "not a ledger entry: {reason}"),
+            Self::EntryNotCanonical { .. } => write!(
+                f,
+                "not canonical: its bytes are not the RFC 8785 form of the entry they hold"
+            ),
             Self::EntryAltered {
                 signed_leaf,
                 ledger_leaf,
@@ -547,8 +559,9 @@ pub async fn verify_ledger(
         }
     }
 
-    let mut reader = StreamReader::open(js, stream, 1).await?;
-    let total = reader.last();
+    // Gaps are findings here, not errors: the pass goes on and reports every one.
+    let mut reader = OrderedReader::open(js, stream, ReadSpec::to_tail(1).allow_gaps()).await?;
+    let total = reader.last().unwrap_or(0);
     let mut range = CompactRange::new();
     let mut next_checkpoint = trusted.iter().peekable();
     // Sizes whose signed root the recomputed tree matched.
@@ -572,7 +585,8 @@ pub async fn verify_ledger(
             });
         }
     }
-    while let Some((seq, bytes)) = reader.next().await? {
+    while let Some(message) = reader.next().await? {
+        let (seq, bytes) = (message.seq, message.payload);
         if seq != expected_seq {
             entry_findings.push(Finding::SequenceGap {
                 expected_seq,
@@ -581,7 +595,16 @@ pub async fn verify_ledger(
         }
         expected_seq = seq + 1;
         if options.check_entries {
-            match LedgerEntry::parse(&bytes) {
+            // One pass both reads the entry and proves its bytes are the RFC 8785 form; bytes that are
+            // not are read again without the proof, so their payloads are still checked.
+            let read = match LedgerEntry::parse_canonical(&bytes) {
+                Err(error) if is_not_canonical(&error) => {
+                    entry_findings.push(Finding::EntryNotCanonical { seq });
+                    LedgerEntry::parse(&bytes)
+                }
+                read => read,
+            };
+            match read {
                 Ok(entry) if options.blobs.is_some() => payloads.observe(seq, &entry),
                 Ok(_) => {}
                 Err(error) => entry_findings.push(Finding::EntryUnreadable {
@@ -707,6 +730,17 @@ pub async fn verify_ledger(
     })
 }
 
+/// Whether reading an entry failed only because its bytes are not in RFC 8785 form.
+fn is_not_canonical(error: &WireError) -> bool {
+    matches!(
+        error,
+        WireError::NotIJson {
+            problem: JsonProblem::NotCanonical { .. },
+            ..
+        }
+    )
+}
+
 /// How many blobs are fetched and hashed at once: enough to hide a remote store's latency, few enough
 /// that a handful of large payloads cannot exhaust memory.
 const PAYLOAD_FETCHES_IN_FLIGHT: usize = 8;
@@ -732,7 +766,7 @@ impl PayloadLedger {
         let event = &entry.event;
         let tenant = event.extension_str("tenant").unwrap_or_default().to_owned();
         let data = event.data().unwrap_or(&serde_json::Value::Null);
-        if event.ty() == ERASURE_COMPLETED {
+        if event.ty() == ERASURE_CLASS {
             // The record is the ledger's own (tenant `_system`); the tenant erased is in its data.
             let erased_tenant = data["tenant"].as_str().unwrap_or(&tenant).to_owned();
             for id in data["blob_ids"].as_array().into_iter().flatten() {
@@ -767,12 +801,12 @@ impl PayloadLedger {
                 };
                 match blobs.fetch_verified(&tenant, payload).await {
                     Ok(_) => None,
-                    Err(IngestError::PayloadMissing { .. }) => Some(Finding::PayloadMissing {
+                    Err(LedgerError::PayloadMissing { .. }) => Some(Finding::PayloadMissing {
                         seq,
                         path: payload.path.clone(),
                         blob_id: payload.blob_id.clone(),
                     }),
-                    Err(error @ IngestError::PayloadDigestMismatch { .. }) => Some(Finding::PayloadAltered {
+                    Err(error @ LedgerError::PayloadDigestMismatch { .. }) => Some(Finding::PayloadAltered {
                         seq,
                         path: payload.path.clone(),
                         blob_id: payload.blob_id.clone(),
@@ -781,7 +815,7 @@ impl PayloadLedger {
                     Err(error) => Some(Finding::PayloadUnchecked {
                         seq,
                         blob_id: payload.blob_id.clone(),
-                        reason: error.to_string(),
+                        reason: toolledger_ledger::with_causes(&error),
                     }),
                 }
             })

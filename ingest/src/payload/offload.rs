@@ -168,10 +168,9 @@ impl Offloader {
 
     /// Stores `slot`'s RFC 8785 bytes and replaces it by its reference.
     async fn move_value(&self, tenant: &Tenant, path: &[String], slot: &mut Value) -> Result<PayloadRef> {
-        let bytes = toolledger_wire::jcs::to_vec(slot).map_err(|e| Error::BlobStore {
-            operation: "encode",
-            blob_id: String::new(),
-            reason: e.to_string(),
+        let bytes = toolledger_wire::jcs::to_vec(slot).map_err(|source| Error::OffloadEncode {
+            path: to_pointer(path),
+            source,
         })?;
         let stored = self.store.put_new(tenant, Bytes::from(bytes)).await?;
         let payload = PayloadRef {

@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, stream};
 use bytes::Bytes;
-use toolledger_ingest::append::{Appender, PendingEntry, read_range};
+use toolledger_ingest::append::{Appender, PendingEntry};
 use toolledger_ingest::lease::{LEASE_BUCKET, Lease};
 use toolledger_ingest::{Error, Result};
+use toolledger_ledger::read_range;
 use toolledger_testkit::NatsFixture;
 
 const LEDGER: &str = "TEST_LEDGER";
@@ -36,9 +37,7 @@ fn entries(tag: &str, n: usize) -> Vec<PendingEntry> {
 }
 
 async fn stored(js: &jetstream::Context) -> Vec<Bytes> {
-    let tail = toolledger_ingest::append::last_sequence(js, LEDGER)
-        .await
-        .unwrap();
+    let tail = toolledger_ledger::last_sequence(js, LEDGER).await.unwrap();
     read_range(js, LEDGER, 1, tail)
         .await
         .unwrap()

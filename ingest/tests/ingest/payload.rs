@@ -11,6 +11,7 @@ use toolledger_ingest::Error;
 use toolledger_ingest::payload::{
     BlobStore, BlobStoreConfig, OffloadConfig, Offloader, UploadCollector, upload_bucket,
 };
+use toolledger_ledger::Error as StoreError;
 use toolledger_testkit::{NatsFixture, S3Fixture};
 use toolledger_wire::Tenant;
 
@@ -234,7 +235,7 @@ async fn swapped_blob_is_altered_and_deleted_blob_is_missing(kind: Kind) {
         .await
         .unwrap();
     match backend.store.fetch_verified(&acme, &a).await.unwrap_err() {
-        Error::PayloadDigestMismatch {
+        StoreError::PayloadDigestMismatch {
             blob_id,
             expected,
             actual,
@@ -250,7 +251,7 @@ async fn swapped_blob_is_altered_and_deleted_blob_is_missing(kind: Kind) {
     backend.store.delete(&acme, &b.blob_id).await.unwrap();
     backend.store.delete(&acme, &b.blob_id).await.unwrap();
     match backend.store.fetch_verified(&acme, &b).await.unwrap_err() {
-        Error::PayloadMissing { blob_id } => assert_eq!(blob_id, b.blob_id),
+        StoreError::PayloadMissing { blob_id } => assert_eq!(blob_id, b.blob_id),
         e => panic!("expected missing, got {e}"),
     }
 }
@@ -282,7 +283,7 @@ async fn tenants_never_share_a_prefix(kind: Kind) {
     );
     // A tenant cannot read another's blob by id.
     let err = backend.store.fetch_verified(&globex, &ra).await.unwrap_err();
-    assert!(matches!(err, Error::PayloadMissing { .. }), "{err}");
+    assert!(matches!(err, StoreError::PayloadMissing { .. }), "{err}");
 }
 
 macro_rules! suite {
@@ -361,7 +362,7 @@ async fn a_paused_s3_makes_a_put_wait_and_succeed() {
 async fn a_bad_store_url_is_a_config_error() {
     for url in ["ftp://x/y", "not a url", "gs://bucket"] {
         let err = BlobStore::open(url).unwrap_err();
-        assert!(matches!(err, Error::BlobStoreConfig { .. }), "{url}: {err}");
+        assert!(matches!(err, StoreError::BlobStoreConfig { .. }), "{url}: {err}");
     }
 }
 
@@ -393,7 +394,7 @@ async fn an_unreachable_store_is_a_typed_retryable_error_after_bounded_retries()
         .await
         .unwrap_err();
     match err {
-        Error::BlobStoreUnavailable { attempts, .. } => assert_eq!(attempts, 3),
+        StoreError::BlobStoreUnavailable { attempts, .. } => assert_eq!(attempts, 3),
         e => panic!("expected unavailable, got {e}"),
     }
 }
@@ -588,5 +589,5 @@ async fn a_python_producer_uploads_and_declares_sensitive_fields() {
         .await
         .unwrap();
     let err = store.fetch_verified(&acme, first).await.unwrap_err();
-    assert!(matches!(err, Error::PayloadDigestMismatch { .. }), "{err}");
+    assert!(matches!(err, StoreError::PayloadDigestMismatch { .. }), "{err}");
 }

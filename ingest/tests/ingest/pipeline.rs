@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use toolledger_ingest::append::{last_sequence, read_range};
 use toolledger_ingest::metrics::IngestMetrics;
 use toolledger_ingest::session::{self, Connector, IngestSettings};
+use toolledger_ledger::{last_sequence, read_range};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::NatsFixture;
 use toolledger_wire::streams::{INBOUND, LEDGER, QUARANTINE};
@@ -557,7 +557,7 @@ async fn a_quarantined_event_is_listed_shown_and_redriven_once_corrected() {
     publish(&js, &[broken], Mode::Binary, false).await;
     drained(&js).await;
 
-    use toolledger_ingest::quarantine;
+    use toolledger_ledger::quarantine;
     let listed = quarantine::list(&js, Some(events[0]["tenant"].as_str().unwrap()), None, 10)
         .await
         .unwrap();

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use toolledger_ingest::payload::{BlobStore, payload_marker};
+use toolledger_ledger::{BlobStore, payload_marker};
 use toolledger_projector::{Generations, Store};
 use toolledger_query::{Reader, reconstruct};
 use toolledger_schemas::generator::{GeneratorConfig, generate};

@@ -3,7 +3,7 @@
 
 use async_nats::jetstream;
 use serde_json::Value;
-use toolledger_schemas::generator::{GeneratorConfig, Generated, generate};
+use toolledger_schemas::generator::{Generated, GeneratorConfig, generate};
 use toolledger_wire::{LedgerEntry, LedgerMetadata};
 
 /// The canonical entry ingest would append for a structured CloudEvent (with `tenant` and `type`),

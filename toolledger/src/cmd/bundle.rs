@@ -127,7 +127,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     };
     let blobs = if args.with_payloads {
         let url = args.blobs.clone().unwrap_or_else(|| config.blob_store_url());
-        Some(toolledger_ingest::payload::BlobStore::open(&url)?)
+        Some(toolledger_ledger::BlobStore::open(&url)?)
     } else {
         None
     };

@@ -214,7 +214,7 @@ async fn ingest_lag(js: &jetstream::Context) -> Check {
 }
 
 async fn checkpoint_age(js: &jetstream::Context, config: &Config) -> (Check, Option<u64>) {
-    let ledger_last = toolledger_verify::read::last_sequence(js, LEDGER).await.ok();
+    let ledger_last = toolledger_ledger::last_sequence(js, LEDGER).await.ok();
     let Ok(mut stream) = js.get_stream(CHECKPOINTS).await else {
         return (
             check(

@@ -13,8 +13,8 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use toolledger_core::config::Config;
-use toolledger_ingest::erase::{self, ErasureOutcome, ErasureRequest, ErasureTarget};
-use toolledger_ingest::payload::BlobStore;
+use toolledger_ledger::BlobStore;
+use toolledger_ledger::erasure::{self as erase, ErasureOutcome, ErasureRequest, ErasureTarget};
 use toolledger_wire::Tenant;
 use toolledger_wire::streams::LEDGER;
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use toolledger_core::config::Config;
-use toolledger_ingest::quarantine;
+use toolledger_ledger::quarantine;
 
 use super::init::{connect, nats_url};
 

@@ -131,7 +131,7 @@ pub async fn reconstruct(
         .await
         .map_err(exit_for)?;
     if payloads != "none" && !reconstruction.payloads.is_empty() {
-        match toolledger_ingest::payload::BlobStore::open(&config.blob_store_url()) {
+        match toolledger_ledger::BlobStore::open(&config.blob_store_url()) {
             Ok(blobs) => {
                 toolledger_query::payloads::check(&blobs, &mut reconstruction, payloads == "content").await
             }

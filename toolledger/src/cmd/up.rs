@@ -151,9 +151,9 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     ));
 
     let (retention_stop, retention_stopped) = tokio::sync::oneshot::channel::<()>();
-    let retention = tokio::spawn(toolledger_ingest::erase::retention_loop(
+    let retention = tokio::spawn(toolledger_ledger::erasure::retention_loop(
         jetstream.clone(),
-        toolledger_ingest::payload::BlobStore::open_configured(&config, None)?,
+        toolledger_ledger::BlobStore::open_configured(&config, None)?,
         config.retention.clone(),
         async {
             let _ = retention_stopped.await;
@@ -426,7 +426,7 @@ async fn wait_for_ingest(js: &async_nats::jetstream::Context) -> anyhow::Result<
     loop {
         let inbound = js.get_stream(INBOUND).await?.info().await?.state.messages;
         if inbound == 0 {
-            return Ok(js.get_stream(LEDGER).await?.info().await?.state.last_sequence);
+            return Ok(toolledger_ledger::last_sequence(js, LEDGER).await?);
         }
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,

@@ -84,14 +84,14 @@ pub fn tile_store(config: &Config, flag: Option<&str>, none: bool) -> anyhow::Re
         return Ok(None);
     }
     if let Some(location) = flag {
-        return Ok(Some(toolledger_ingest::checkpoint::open_tiles(location)?));
+        return Ok(Some(toolledger_ledger::open_tiles(location)?));
     }
     let location = config.tiles_location();
     if !location.contains("://") && !std::path::Path::new(&location).is_dir() {
         tracing::warn!(%location, "no tiles there; checking the ledger and checkpoints only");
         return Ok(None);
     }
-    Ok(Some(toolledger_ingest::checkpoint::open_tiles(&location)?))
+    Ok(Some(toolledger_ledger::open_tiles(&location)?))
 }
 
 /// Verifies and reports; an error (non-zero exit) when anything is wrong.
@@ -106,7 +106,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let blobs = if args.no_payloads {
         None
     } else {
-        Some(toolledger_ingest::payload::BlobStore::open_configured(
+        Some(toolledger_ledger::BlobStore::open_configured(
             &config,
             args.blobs.as_deref(),
         )?)

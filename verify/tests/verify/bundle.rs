@@ -9,7 +9,8 @@ use bytes::Bytes;
 use chrono::{TimeZone, Utc};
 use serde_json::{Value, json};
 use toolledger_ingest::append::PendingEntry;
-use toolledger_ingest::payload::{BlobStore, OffloadConfig, Offloader};
+use toolledger_ingest::payload::{OffloadConfig, Offloader};
+use toolledger_ledger::BlobStore;
 use toolledger_merkle::{Checkpoint, NoteSigner, Verifiers, leaf_hash};
 use toolledger_verify::bundle::{
     BuiltBundle, BundleRequest, EvidenceBundle, FORMAT, Selection, build_bundle, verify_bundle,
@@ -79,7 +80,7 @@ async fn ledger_with_payloads() -> (TestLedger, BlobStore, tempfile::TempDir) {
 
 /// The signed checkpoint notes in the ledger's checkpoint stream, oldest first.
 async fn checkpoint_notes(ledger: &TestLedger) -> Vec<String> {
-    toolledger_verify::read::read_all(&ledger.js, CHECKPOINTS)
+    toolledger_ledger::read_all(&ledger.js, CHECKPOINTS)
         .await
         .unwrap()
         .into_iter()

@@ -5,6 +5,7 @@
 
 mod bundle;
 mod common;
+mod entries;
 mod payloads;
 mod prove;
 mod restart;

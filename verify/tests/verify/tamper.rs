@@ -148,7 +148,7 @@ async fn a_replaced_tile_is_named() {
 #[tokio::test]
 async fn a_checkpoint_re_signed_with_another_key_is_named() {
     let ledger = ledger().await;
-    let notes: Vec<Bytes> = toolledger_verify::read::read_all(&ledger.js, CHECKPOINTS)
+    let notes: Vec<Bytes> = toolledger_ledger::read_all(&ledger.js, CHECKPOINTS)
         .await
         .unwrap()
         .into_iter()

@@ -15,7 +15,12 @@
 //! earlier record names are skipped, the erasure id is derived from what is erased, so a repeated
 //! publish is deduplicated). Recording first would leave content that the ledger claims is gone.
 //!
-//! [`retention_targets`] turns a tenant's maximum age into blob targets for the retention job.
+//! [`retention_target`] turns a tenant's maximum age into blob targets for the retention job, which
+//! [`retention_loop`] runs beside the services (`toolledger up`); `toolledger erase` runs one erasure.
+//!
+//! Erasure is administration, not appending: it deletes blobs and quarantined originals and asks
+//! ingest, the single writer, to record it. It lives here, beside the blob store and the reader it
+//! uses, so the tools that erase need nothing of ingest.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
@@ -28,7 +33,8 @@ use sha2::{Digest, Sha256};
 use toolledger_core::config::TenantRetention;
 use toolledger_wire::{LedgerEntry, PayloadRef, Tenant};
 
-use crate::payload::BlobStore;
+use crate::blobs::BlobStore;
+use crate::read::{OrderedReader, ReadSpec};
 use crate::{Error, Result};
 
 /// The class of the ledger's erasure records.
@@ -209,9 +215,7 @@ async fn quarantined_of(js: &jetstream::Context, request: &ErasureRequest) -> Re
     let needle = match &request.target {
         // The id as a JSON string, quotes included, so `inv-1` does not match `inv-10`.
         ErasureTarget::Invocation(id) | ErasureTarget::Session(id) => {
-            Some(serde_json::to_vec(id).map_err(|e| Error::Erasure {
-                reason: e.to_string(),
-            })?)
+            Some(Value::from(id.as_str()).to_string().into_bytes())
         }
         ErasureTarget::Tenant => None,
         ErasureTarget::Blobs(_) | ErasureTarget::IngestedBefore(_) => return Ok(Vec::new()),
@@ -262,9 +266,7 @@ pub async fn execute(
         });
     }
     if request.reason.trim().is_empty() {
-        return Err(Error::Erasure {
-            reason: "an erasure needs a reason".to_owned(),
-        });
+        return Err(Error::ErasureWithoutReason);
     }
     let mut deleted = Vec::with_capacity(plan.payloads.len());
     for found in &plan.payloads {
@@ -272,19 +274,19 @@ pub async fn execute(
         deleted.push(found.payload.blob_id.clone());
     }
     if !plan.quarantined.is_empty() {
+        let stream = toolledger_wire::streams::QUARANTINE;
         let quarantine = js
-            .get_stream(toolledger_wire::streams::QUARANTINE)
+            .get_stream(stream)
             .await
-            .map_err(|e| Error::Erasure {
-                reason: format!("opening the quarantine: {e}"),
-            })?;
-        for seq in &plan.quarantined {
+            .map_err(|e| Error::stream(stream, "opening", e))?;
+        for &seq in &plan.quarantined {
             // Already gone (an earlier run, or its age limit) is fine.
-            if let Err(error) = quarantine.delete_message(*seq).await
-                && quarantine.get_raw_message(*seq).await.is_ok()
+            if let Err(error) = quarantine.delete_message(seq).await
+                && quarantine.get_raw_message(seq).await.is_ok()
             {
-                return Err(Error::Erasure {
-                    reason: format!("deleting quarantined message {seq}: {error}"),
+                return Err(Error::ErasureQuarantineDelete {
+                    seq,
+                    source: error.into(),
                 });
             }
         }
@@ -315,17 +317,16 @@ pub async fn execute(
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Nats-Msg-Id", erasure_id.as_str());
     headers.insert("content-type", "application/cloudevents+json");
-    let body = serde_json::to_vec(&record).map_err(|e| Error::Erasure {
-        reason: e.to_string(),
-    })?;
-    let publish_error = |e: &dyn std::fmt::Display| Error::Erasure {
-        reason: format!("publishing the erasure record: {e}"),
+    let failed = |source: crate::BoxError| Error::ErasureRecord {
+        erasure_id: erasure_id.clone(),
+        source,
     };
+    let body = serde_json::to_vec(&record).map_err(|e| failed(e.into()))?;
     js.publish_with_headers(ERASURE_SUBJECT, headers, body.into())
         .await
-        .map_err(|e| publish_error(&e))?
+        .map_err(|e| failed(e.into()))?
         .await
-        .map_err(|e| publish_error(&e))?;
+        .map_err(|e| failed(e.into()))?;
     Ok(ErasureOutcome {
         erasure_id: Some(erasure_id),
         deleted,
@@ -344,18 +345,18 @@ pub fn retention_target(retention: TenantRetention, now: DateTime<Utc>) -> Optio
 
 /// The tenants that have content in the ledger: the tokens of `atl.ledger.<tenant>.>` subjects.
 pub async fn ledger_tenants(js: &jetstream::Context, ledger: &str) -> Result<Vec<Tenant>> {
-    let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
-        stream: ledger.to_owned(),
-        reason: e.to_string(),
-    };
-    let stream = js.get_stream(ledger).await.map_err(|e| stream_error(&e))?;
+    let listing = |e: crate::BoxError| Error::stream(ledger, "listing its subjects", e);
+    let stream = js
+        .get_stream(ledger)
+        .await
+        .map_err(|e| Error::stream(ledger, "opening", e))?;
     let mut subjects = stream
         .info_with_subjects("atl.ledger.>")
         .await
-        .map_err(|e| stream_error(&e))?;
+        .map_err(|e| listing(e.into()))?;
     let mut tenants = BTreeMap::new();
     while let Some(subject) = subjects.next().await {
-        let (subject, _) = subject.map_err(|e| stream_error(&e))?;
+        let (subject, _) = subject.map_err(|e| listing(e.into()))?;
         if let Some(tenant) = subject.split('.').nth(2)
             && let Ok(tenant) = Tenant::parse(tenant)
         {
@@ -421,45 +422,21 @@ async fn read_filtered(
         .map(|(seq, bytes)| {
             LedgerEntry::parse(&bytes)
                 .map(|entry| (seq, entry))
-                .map_err(|e| Error::Erasure {
-                    reason: format!("ledger seq {seq} is not a ledger entry: {e}"),
+                .map_err(|e| Error::ErasureEntryUnreadable {
+                    seq,
+                    source: Box::new(e),
                 })
         })
         .collect()
 }
 
 /// Every message of `stream` on subjects matching `filter`, in stream order.
-async fn read_raw(js: &jetstream::Context, ledger: &str, filter: &str) -> Result<Vec<(u64, bytes::Bytes)>> {
-    let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
-        stream: ledger.to_owned(),
-        reason: e.to_string(),
-    };
-    let stream = js.get_stream(ledger).await.map_err(|e| stream_error(&e))?;
-    let consumer = stream
-        .create_consumer(jetstream::consumer::pull::OrderedConfig {
-            filter_subject: filter.to_owned(),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| stream_error(&e))?;
-    let mut pending = consumer.cached_info().num_pending;
+async fn read_raw(js: &jetstream::Context, stream: &str, filter: &str) -> Result<Vec<(u64, bytes::Bytes)>> {
+    let spec = ReadSpec::to_tail(1).subjects(filter).stall_after(READ_STALL);
+    let mut reader = OrderedReader::open(js, stream, spec).await?;
     let mut out = Vec::new();
-    if pending == 0 {
-        return Ok(out);
-    }
-    let mut messages = consumer.messages().await.map_err(|e| stream_error(&e))?;
-    while pending > 0 {
-        let message = tokio::time::timeout(READ_STALL, messages.next())
-            .await
-            .map_err(|_| Error::Stream {
-                stream: ledger.to_owned(),
-                reason: format!("read of {filter} stalled"),
-            })?
-            .ok_or_else(|| stream_error(&"the read ended early"))?
-            .map_err(|e| stream_error(&e))?;
-        let info = message.info().map_err(|e| stream_error(&e))?;
-        pending = info.pending;
-        out.push((info.stream_sequence, message.payload.clone()));
+    while let Some(message) = reader.next().await? {
+        out.push((message.seq, message.payload));
     }
     Ok(out)
 }
