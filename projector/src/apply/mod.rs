@@ -2,18 +2,24 @@
 //!
 //! ```text
 //! entry bytes ─▶ LedgerEntry::from_bytes ─▶ events row (always; `problem` when it goes no further)
-//!             ─▶ class ─▶ contract(class) ─▶ Data::decode_for ─▶ sessions
-//!                  ├─ invocation classes ─▶ state::step ─▶ invocations, transitions, anomalies,
-//!                  │                          inputs and mutations, decisions, hooks, progress, results
+//!             ─▶ ClassifiedEvent (class, typed data, session, invocation) ─▶ sessions
+//!                  ├─ invocation classes ─▶ the batch's InvocationFold of that invocation
+//!                  │      ├─ per entry: transitions, anomalies, input mutations, decisions, hooks,
+//!                  │      │             progress, results, persistence, native ids
+//!                  │      └─ once per batch (Invocations::write): the invocations row
 //!                  ├─ tool.declared / surface / deferred ─▶ catalog (unknown values ─▶ anomalies)
 //!                  └─ toolledger.* ─▶ quarantine receipts, access reads, erasures
 //! ```
 //!
-//! Events carry snapshots that may be partial: objects are merged field by field in ledger order
-//! ([`merge`]), and the typed columns are read from the merged object.
+//! Events carry snapshots that may be partial. The invocation's own snapshot is merged by the fold
+//! ([`toolledger_schemas::fold`]); the records an invocation owns (hooks, results, …) are merged
+//! field by field in ledger order here ([`merge`]), and their typed columns read from the merged
+//! object.
 
 mod catalog;
 mod invocation;
+
+pub(crate) use invocation::Invocations;
 
 use rusqlite::{Transaction, params};
 use serde::Serialize;
@@ -37,6 +43,7 @@ pub(crate) struct Ctx<'t> {
     pub session: Option<String>,
     pub subject: Option<String>,
     pub time: Option<String>,
+    /// The invocation the entry belongs to ([`ClassifiedEvent::invocation_id`]).
     pub ext_invocation: Option<String>,
     pub ext_tool: Option<String>,
     /// The raw `data` object (merging works on it, so unknown fields are kept).
@@ -72,12 +79,14 @@ impl Ctx<'_> {
     }
 }
 
-/// Applies the entry at `seq`; returns its leaf hash (hex).
+/// Applies the entry at `seq`; returns its leaf hash (hex). Invocation rows are written by
+/// [`Invocations::write`] at the end of the batch.
 pub(crate) fn apply_entry(
     tx: &Transaction<'_>,
     seq: u64,
     bytes: &[u8],
     state: &StateConfig,
+    invocations: &mut Invocations,
 ) -> Result<String> {
     let leaf = toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes));
     let seq = i64::try_from(seq).unwrap_or(i64::MAX);
@@ -89,14 +98,21 @@ pub(crate) fn apply_entry(
             return Ok(leaf);
         }
     };
-    let event = json.get("event").cloned().unwrap_or(Value::Null);
-    let ledger = json.get("ledger").cloned().unwrap_or(Value::Null);
+    // Taken apart, not cloned: the entry is owned and each part has one user.
+    let (mut event, ledger) = match json {
+        Value::Object(mut entry) => (
+            entry.remove("event").unwrap_or(Value::Null),
+            entry.remove("ledger").unwrap_or(Value::Null),
+        ),
+        _ => (Value::Null, Value::Null),
+    };
     let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
     let class_name = text("type");
     let tenant = text("tenant").unwrap_or_default();
     let time = text("time");
     let time_ns = time.as_deref().and_then(EventTime::parse_rfc3339).map(|t| t.0);
-    let data = event.get("data").cloned().unwrap_or(Value::Null);
+    let subject = text("subject");
+    let tool = text("toolid");
 
     let ClassifiedEvent {
         class,
@@ -122,9 +138,9 @@ pub(crate) fn apply_entry(
         class_name,
         tenant,
         session,
-        text("subject"),
+        subject,
         invocation_id,
-        text("toolid"),
+        tool,
         time,
         time_ns,
         ledger.get("ingested_at").and_then(Value::as_str),
@@ -150,26 +166,26 @@ pub(crate) fn apply_entry(
         class,
         tenant,
         session,
-        subject: text("subject"),
+        subject,
         time,
         ext_invocation: invocation_id,
-        ext_tool: text("toolid"),
-        raw: match data {
-            Value::Object(map) => map,
+        ext_tool: tool,
+        raw: match event.get_mut("data").map(Value::take) {
+            Some(Value::Object(map)) => map,
             _ => Map::new(),
         },
         anomalies: 0,
     };
+    if is_invocation_event {
+        invocation::apply(&mut ctx, &decoded, invocations, state)?;
+        return Ok(leaf);
+    }
     let facts = EventFacts::from_data(
         class,
         seq.try_into().unwrap_or(0),
         time_ns.map(EventTime),
         &decoded,
     );
-    if is_invocation_event {
-        invocation::apply(&mut ctx, &decoded, &facts, state)?;
-        return Ok(leaf);
-    }
     // Declarations, surfaces, deferred refs and the ledger's own records: the state machine only
     // reports their unknown values.
     let outcome = state::step(&InvocationTrack::default(), &facts, state);
