@@ -2,7 +2,7 @@
 //! (DESIGN §6), and the offline check of such an archive (`toolledger verify --parquet`).
 //!
 //! ```text
-//! ATL_LEDGER ─ordered consumer─▶ exporter ─spawn_blocking─▶ rows::Tracker (entry ─▶ rows; state::step)
+//! ATL_LEDGER ─ordered consumer─▶ exporter ─spawn_blocking─▶ rows::Tracker (entry ─▶ rows; the invocation fold)
 //!                                   │ range closed (rows_per_file entries or max_delay)
 //!                                   ▼
 //!      <prefix>/<table>/_manifest/<first>-<last>.json          written first: the file boundary
@@ -15,7 +15,7 @@
 //! Modules:
 //! - [`exporter`]: the service ([`run`]): recovery from manifests, following, rotation, puts.
 //! - [`rows`]: one entry ─▶ its `events` row, decision and result rows, and an `invocations` row when
-//!   the invocation becomes terminal.
+//!   the invocation becomes terminal, read from [`toolledger_schemas::fold`] (the projector's too).
 //! - [`tables`]: the versioned Arrow schemas ([`tables::SCHEMA_VERSION`], `docs/parquet.md`), batches
 //!   and the deterministic Parquet encoding.
 //! - [`manifest`]: manifests, their names and the recovered position.

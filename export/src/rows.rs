@@ -1,6 +1,7 @@
 //! From ledger entries to table rows: one [`EventRow`] per entry, a [`DecisionRow`] per permission
 //! decision, a [`ResultRow`] per result record, and an [`InvocationRow`] when an invocation becomes
-//! terminal ([`Tracker`], folding [`toolledger_schemas::state::step`] over each invocation's events).
+//! terminal ([`Tracker`], which keeps each open invocation's [`InvocationFold`] — the one invocation
+//! fold the projector's SQLite rows come from too — and its [`InvocationLog`]).
 //!
 //! Everything here is a pure function of the entries in ledger order, so the same sequence range
 //! (with the same tracker state before it) gives the same rows on every run.
@@ -8,9 +9,11 @@
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
-use toolledger_schemas::state::{self, Config as StateConfig, InvocationTrack};
-use toolledger_schemas::{ClassifiedEvent, Data, EventFacts, EventTime, contract};
-use toolledger_wire::LedgerEntry;
+use toolledger_schemas::fold::{FoldEntry, InputStage, InvocationFold, InvocationLog};
+use toolledger_schemas::state::Config as StateConfig;
+use toolledger_schemas::{ClassifiedEvent, EventTime, contract};
+use toolledger_wire::event::format_time;
+use toolledger_wire::{LedgerEntry, PayloadRef, entry};
 
 /// The partition of an entry whose tenant cannot be read (it does not decode as a ledger entry).
 pub const UNDECODABLE_TENANT: &str = "_undecodable";
@@ -88,7 +91,8 @@ pub struct EventRow {
     pub problem: Option<String>,
 }
 
-/// One invocation, written once when it becomes terminal.
+/// One invocation, written once when it becomes terminal: what its [`InvocationFold`] and
+/// [`InvocationLog`] say at the entry that made it terminal.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InvocationRow {
     /// Tenant and the date of the terminal event.
@@ -97,7 +101,7 @@ pub struct InvocationRow {
     pub invocation_id: String,
     /// Its session.
     pub session_id: Option<String>,
-    /// Its tool.
+    /// Its tool (the fold's one rule).
     pub tool_id: Option<String>,
     /// Its surface.
     pub surface_id: Option<String>,
@@ -109,7 +113,8 @@ pub struct InvocationRow {
     pub retry_of: Option<String>,
     /// Attempt number.
     pub attempt: Option<i64>,
-    /// Error class: the invocation's own error, else its first result's.
+    /// Error class, under the fold's one precedence rule: the invocation's own error, else its first
+    /// final result's.
     pub error_class: Option<String>,
     /// Error code.
     pub error_code: Option<String>,
@@ -139,6 +144,21 @@ pub struct InvocationRow {
     pub duration_ms: Option<f64>,
     /// `data.actor_ref`.
     pub actor_ref: Option<String>,
+    /// Which rule supplied the error: `invocation` or `result`.
+    pub error_source: Option<String>,
+    /// The first `tool.result.created`'s `result_id`.
+    pub result_id: Option<String>,
+    /// The four inputs (JSON text) in [`InputStage::ALL`] order: model, observable, permission,
+    /// call.
+    pub inputs: [Option<String>; 4],
+    /// Their `*_ref`s, in the same order.
+    pub input_refs: [Option<String>; 4],
+    /// Every input mutation, JSON array of the fold's records.
+    pub input_mutations: String,
+    /// Every state change, JSON array of `{seq, from, to, class, time}`.
+    pub transitions: String,
+    /// Every anomaly of the invocation's entries, JSON array of `{seq, kind, …details}`.
+    pub anomalies: String,
 }
 
 /// One `tool.permission.decided` entry.
@@ -227,38 +247,20 @@ pub struct EntryRows {
     pub result: Option<ResultRow>,
 }
 
-/// Invocation fields kept while an invocation is open (inputs and payloads are not: they are not
-/// exported, and keeping them would grow the tracker with every open invocation's arguments).
-const KEPT_FIELDS: [&str; 10] = [
-    "tool_id",
-    "surface_id",
-    "native_call_id",
-    "retry_of",
-    "attempt",
-    "error",
-    "actor_ref",
-    "created_at",
-    "started_at",
-    "ended_at",
-];
-
+/// An invocation not yet terminal: its fold, and the transitions and anomalies its row will list.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct OpenInvocation {
-    track: InvocationTrack,
-    snapshot: Map<String, Value>,
-    session_id: Option<String>,
-    tool_id: Option<String>,
-    first_seq: u64,
-    first_time_us: Option<i64>,
-    events: u64,
-    decisions: u64,
-    last_behavior: Option<String>,
-    result_error: Option<(Option<String>, Option<String>, Option<String>)>,
+    fold: InvocationFold,
+    log: InvocationLog,
 }
 
-/// The invocations not yet terminal, keyed by (tenant, invocation id). A terminal invocation is
-/// written and forgotten: events after its terminal state are kept in `events` but produce no second
-/// row (the state machine would hold it terminal anyway).
+/// The invocations not yet terminal, keyed by (tenant, invocation id), each an [`InvocationFold`]
+/// with its [`InvocationLog`]. A terminal invocation is written and forgotten: events after its
+/// terminal state are kept in `events` and start a new fold under the same key, which, never
+/// planned, never becomes terminal and writes no row — unless a second `tool.invocation.planned`
+/// arrives (`docs/parquet.md`). Those folds stay open for good: the tracker grows with every
+/// invocation that has events after its terminal state (a result after `succeeded`, say).
 #[derive(Debug, Default)]
 pub struct Tracker {
     open: HashMap<(String, String), OpenInvocation>,
@@ -285,15 +287,27 @@ fn text_of(value: Option<&Value>) -> Option<String> {
     }
 }
 
+/// A JSON array of records. They are plain data (string keys only), so serializing cannot fail.
+fn json_array<T: serde::Serialize>(items: &[T]) -> String {
+    serde_json::to_string(items).unwrap_or_else(|_| "[]".to_owned())
+}
+
 fn json_text(value: Option<&Value>) -> Option<String> {
     value.filter(|v| !v.is_null()).map(Value::to_string)
 }
 
 /// A tracker's state as stored: open invocations sorted by key, so equal states are equal bytes.
+/// `fold` names the shape: a snapshot written before the invocation fold does not parse, and the
+/// exporter replays from an older one (or from seq 1) instead of half-reading it.
 #[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct TrackerSnapshot {
+    fold: u32,
     open: Vec<(String, String, OpenInvocation)>,
 }
+
+/// The version of [`TrackerSnapshot`]'s shape.
+const SNAPSHOT_FOLD: u32 = 1;
 
 impl Tracker {
     /// The open invocations as JSON bytes (a cache that spares a restart the replay of the ledger).
@@ -304,12 +318,19 @@ impl Tracker {
             .map(|((tenant, id), open)| (tenant.clone(), id.clone(), open.clone()))
             .collect();
         open.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-        serde_json::to_vec(&TrackerSnapshot { open }).unwrap_or_default()
+        serde_json::to_vec(&TrackerSnapshot {
+            fold: SNAPSHOT_FOLD,
+            open,
+        })
+        .unwrap_or_default()
     }
 
     /// A tracker from [`Tracker::snapshot`] bytes; `None` when they do not parse.
     pub fn restore(bytes: &[u8]) -> Option<Tracker> {
         let snapshot: TrackerSnapshot = serde_json::from_slice(bytes).ok()?;
+        if snapshot.fold != SNAPSHOT_FOLD {
+            return None;
+        }
         Some(Tracker {
             open: snapshot
                 .open
@@ -329,8 +350,8 @@ impl Tracker {
     /// ledger before a recovered position).
     pub fn apply(&mut self, seq: u64, bytes: &[u8], rows: bool) -> EntryRows {
         let leaf = toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes));
-        let json = match LedgerEntry::parse(bytes).and_then(|entry| entry.to_json()) {
-            Ok(json) => json,
+        let entry = match LedgerEntry::parse(bytes) {
+            Ok(entry) => entry,
             Err(error) => {
                 let event = rows.then(|| EventRow {
                     partition: Partition {
@@ -349,14 +370,21 @@ impl Tracker {
                 };
             }
         };
-        let event = json.get("event").cloned().unwrap_or(Value::Null);
-        let ledger = json.get("ledger").cloned().unwrap_or(Value::Null);
-        let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
-        let class_name = text("type");
-        let tenant = text("tenant").unwrap_or_else(|| UNDECODABLE_TENANT.to_owned());
-        let time = text("time").as_deref().and_then(EventTime::parse_rfc3339);
-        let time_us = micros(time);
-        let ingested_us = parse_us(ledger.get("ingested_at"));
+        let ClassifiedEvent {
+            class,
+            decoded,
+            session_id: session,
+            invocation_id,
+            problem,
+        } = entry.classify();
+        let LedgerEntry { event, ledger } = &entry;
+        let text = |value: Option<&str>| value.map(str::to_owned);
+        let tenant = event
+            .extension_str("tenant")
+            .map_or_else(|| UNDECODABLE_TENANT.to_owned(), str::to_owned);
+        let time_text = event.time().map(format_time);
+        let time_us = event.time().map(|t| t.timestamp_micros());
+        let ingested_us = Some(ledger.ingested_at.timestamp_micros());
         let partition = Partition {
             tenant: tenant.clone(),
             event_date: time_us
@@ -364,14 +392,7 @@ impl Tracker {
                 .and_then(date_of)
                 .unwrap_or_else(|| NO_DATE.to_owned()),
         };
-        let data = event.get("data").cloned().unwrap_or(Value::Null);
-        let ClassifiedEvent {
-            class,
-            decoded,
-            session_id: session,
-            invocation_id,
-            problem,
-        } = ClassifiedEvent::of(&event);
+        let data = event.data().unwrap_or(&Value::Null);
         let is_invocation_event = class.is_some_and(|c| contract(c).is_invocation_event());
         let data_text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_owned);
 
@@ -382,21 +403,21 @@ impl Tracker {
                 seq,
                 leaf_hash: leaf,
                 entry: bytes.to_vec(),
-                event_id: text("id"),
-                source: text("source"),
-                class: class_name.clone(),
+                event_id: Some(event.id().to_owned()),
+                source: Some(event.source().to_owned()),
+                class: Some(event.ty().to_owned()),
                 session_id: session.clone(),
-                subject: text("subject"),
+                subject: text(event.subject()),
                 invocation_id: invocation_id.clone(),
-                tool_id: text("toolid"),
+                tool_id: text(event.extension_str("toolid")),
                 event_time_us: time_us,
                 ingested_at_us: ingested_us,
-                origin: ledger.get("origin").and_then(Value::as_str).map(str::to_owned),
-                traceparent: text("traceparent"),
-                tracestate: text("tracestate"),
-                trace_refs: json_text(ledger.get("trace_refs")),
-                payload_refs: json_text(ledger.get("payload_refs")),
-                scrubbed_paths: json_text(ledger.get("scrubbed_paths")),
+                origin: Some(ledger.origin.as_str().to_owned()),
+                traceparent: text(event.extension_str("traceparent")),
+                tracestate: text(event.extension_str("tracestate")),
+                trace_refs: ledger.trace_refs.as_deref().map(entry::json_text),
+                payload_refs: Some(entry::json_text(&ledger.payload_refs)),
+                scrubbed_paths: Some(entry::json_text(&ledger.scrubbed_paths)),
                 status: data_text("status"),
                 behavior: data_text("behavior"),
                 decision_id: data_text("decision_id"),
@@ -433,19 +454,11 @@ impl Tracker {
             });
         }
         if rows && class_str.starts_with("tool.result.") {
-            let data_refs: Vec<&Value> = ledger
-                .get("payload_refs")
-                .and_then(Value::as_array)
-                .map(|refs| {
-                    refs.iter()
-                        .filter(|r| {
-                            r.get("path")
-                                .and_then(Value::as_str)
-                                .is_some_and(|p| p.starts_with("/data"))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let data_refs: Vec<&PayloadRef> = ledger
+                .payload_refs
+                .iter()
+                .filter(|r| r.path.starts_with("/data"))
+                .collect();
             let mut refs = Map::new();
             for key in ["resource_refs", "artifact_refs", "persisted_ref", "evidence_refs"] {
                 if let Some(value) = data.get(key) {
@@ -475,8 +488,7 @@ impl Tracker {
                 persisted_ref: text_of(data.get("persisted_ref")),
                 original_size_bytes: data.get("original_size_bytes").and_then(Value::as_i64),
                 refs: (!refs.is_empty()).then(|| Value::Object(refs).to_string()),
-                payload_refs: (!data_refs.is_empty())
-                    .then(|| Value::Array(data_refs.into_iter().cloned().collect()).to_string()),
+                payload_refs: (!data_refs.is_empty()).then(|| entry::json_text(&data_refs)),
                 event_time_us: time_us,
             });
         }
@@ -486,112 +498,85 @@ impl Tracker {
         let Some(invocation_id) = invocation_id else {
             return out;
         };
-        let key = (tenant.clone(), invocation_id.clone());
-        let open = self.open.entry(key.clone()).or_insert_with(|| OpenInvocation {
-            first_seq: seq,
-            ..OpenInvocation::default()
-        });
-        let was_terminal = open.track.is_terminal();
-        let facts = EventFacts::from_data(class, seq, time, &decoded);
-        open.track = state::step(&open.track, &facts, &self.config).track;
-        open.events += 1;
-        if open.first_time_us.is_none() {
-            open.first_time_us = time_us;
-        }
-        if open.session_id.is_none() {
-            open.session_id.clone_from(&session);
-        }
-        match &decoded {
-            Data::Invocation(_) => {
-                for field in KEPT_FIELDS {
-                    if let Some(value) = data.get(field) {
-                        open.snapshot.insert(field.to_owned(), value.clone());
-                    }
-                }
-            }
-            Data::PermissionDecision(_) => {
-                open.decisions += 1;
-                open.last_behavior = data_text("behavior");
-            }
-            Data::Result(_) if class_str == "tool.result.created" && open.result_error.is_none() => {
-                if let Some(error) = data.get("error") {
-                    let field = |k: &str| error.get(k).and_then(Value::as_str).map(str::to_owned);
-                    open.result_error = Some((field("error_class"), field("error_code"), field("message")));
-                }
-            }
-            _ => {}
-        }
-        let snapshot_tool = open
-            .snapshot
-            .get("tool_id")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        if snapshot_tool.is_some() {
-            open.tool_id = snapshot_tool;
-        } else if open.tool_id.is_none() {
-            open.tool_id = data_text("tool_id").or_else(|| text("toolid"));
-        }
-        if was_terminal || !open.track.is_terminal() {
+        let key = (tenant, invocation_id);
+        let open = self.open.entry(key.clone()).or_default();
+        let was_terminal = open.fold.is_terminal();
+        let applied = open.fold.apply(
+            &FoldEntry {
+                seq,
+                class,
+                data: &decoded,
+                time: time_text.as_deref(),
+                session_id: session.as_deref(),
+                tool_id: event.extension_str("toolid"),
+            },
+            &self.config,
+        );
+        open.log.record(&applied);
+        if was_terminal || !open.fold.is_terminal() {
             return out;
         }
         let Some(open) = self.open.remove(&key) else {
             return out;
         };
         if rows {
-            out.invocation = Some(invocation_row(partition, invocation_id, seq, time_us, open));
+            out.invocation = Some(invocation_row(partition, key.1, seq, time_us, &open));
         }
         out
     }
 }
 
+/// The terminal invocation's row, read from its fold and log.
 fn invocation_row(
     partition: Partition,
     invocation_id: String,
     seq: u64,
     time_us: Option<i64>,
-    open: OpenInvocation,
+    open: &OpenInvocation,
 ) -> InvocationRow {
-    let s = &open.snapshot;
-    let text = |key: &str| s.get(key).and_then(Value::as_str).map(str::to_owned);
-    let own_error = s.get("error").filter(|e| e.is_object());
-    let (error_class, error_code, error_message) = match (own_error, &open.result_error) {
-        (Some(error), _) => {
-            let field = |k: &str| error.get(k).and_then(Value::as_str).map(str::to_owned);
-            (field("error_class"), field("error_code"), field("message"))
-        }
-        (None, Some(result)) => result.clone(),
-        (None, None) => (None, None, None),
-    };
-    let started = parse_us(s.get("started_at"));
-    let ended = parse_us(s.get("ended_at"));
+    let fold = &open.fold;
+    let snapshot = fold.snapshot();
+    let error = fold.error();
+    let parse = |text: Option<&str>| micros(text.and_then(EventTime::parse_rfc3339));
+    let started = parse(snapshot.and_then(|s| s.started_at.as_deref()));
+    let ended = parse(snapshot.and_then(|s| s.ended_at.as_deref()));
+    let owned = |text: Option<&str>| text.map(str::to_owned);
+    let inputs = fold.inputs();
     InvocationRow {
         partition,
         invocation_id,
-        session_id: open.session_id,
-        tool_id: open.tool_id,
-        surface_id: text("surface_id"),
-        state: open.track.state.as_str().to_owned(),
-        native_call_id: text("native_call_id"),
-        retry_of: text("retry_of"),
-        attempt: s.get("attempt").and_then(Value::as_i64),
-        error_class,
-        error_code,
-        error_message,
-        permission_behavior: open.last_behavior,
-        decision_count: open.decisions,
-        event_count: open.events,
-        first_seq: open.first_seq,
+        session_id: owned(fold.session_id()),
+        tool_id: owned(fold.tool_id()),
+        surface_id: owned(snapshot.and_then(|s| s.surface_id.as_deref())),
+        state: fold.state().as_str().to_owned(),
+        native_call_id: owned(snapshot.and_then(|s| s.native_call_id.as_deref())),
+        retry_of: owned(fold.retry_of()),
+        attempt: fold.attempt().and_then(|a| i64::try_from(a).ok()),
+        error_class: owned(error.as_ref().and_then(|e| e.class())),
+        error_code: owned(error.as_ref().and_then(|e| e.code())),
+        error_message: owned(error.as_ref().and_then(|e| e.message())),
+        permission_behavior: fold.last_behavior().map(|b| b.as_str().to_owned()),
+        decision_count: fold.decision_count(),
+        event_count: fold.event_count(),
+        first_seq: fold.first_seq().unwrap_or(seq),
         terminal_seq: seq,
-        first_event_time_us: open.first_time_us,
+        first_event_time_us: micros(fold.first_time()),
         terminal_event_time_us: time_us,
-        created_at_us: parse_us(s.get("created_at")),
+        created_at_us: parse(snapshot.map(|s| s.created_at.as_str())),
         started_at_us: started,
         ended_at_us: ended,
         duration_ms: match (started, ended) {
             (Some(start), Some(end)) => Some((end - start) as f64 / 1000.0),
             _ => None,
         },
-        actor_ref: text("actor_ref"),
+        actor_ref: owned(snapshot.and_then(|s| s.actor_ref.as_deref())),
+        error_source: error.as_ref().map(|e| e.source.as_str().to_owned()),
+        result_id: owned(fold.result_id()),
+        inputs: InputStage::ALL.map(|stage| inputs.value(stage).map(Value::to_string)),
+        input_refs: InputStage::ALL.map(|stage| owned(inputs.reference(stage))),
+        input_mutations: json_array(fold.mutations()),
+        transitions: json_array(&open.log.transitions),
+        anomalies: json_array(&open.log.anomalies),
     }
 }
 

@@ -20,8 +20,9 @@ use crate::rows::{DecisionRow, EventRow, InvocationRow, ResultRow};
 use crate::{Error, Result};
 
 /// The archive's schema version, written into every file's key-value metadata and every manifest.
-/// Bumped when columns are added; columns are never removed or retyped.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Bumped when columns are added; columns are never removed or retyped. 2: `invocations` gained the
+/// invocation fold's error source, result id, four inputs, mutations, transitions and anomalies.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The metadata key holding [`SCHEMA_VERSION`].
 pub const SCHEMA_VERSION_KEY: &str = "toolledger.schema_version";
@@ -125,6 +126,20 @@ impl Table {
                 ts("ended_at"),
                 Field::new("duration_ms", DataType::Float64, true),
                 s("actor_ref"),
+                // Schema 2: the rest of what the invocation fold says.
+                s("error_source"),
+                s("result_id"),
+                s("model_input"),
+                s("model_input_ref"),
+                s("observable_input"),
+                s("observable_input_ref"),
+                s("permission_input"),
+                s("permission_input_ref"),
+                s("call_input"),
+                s("call_input_ref"),
+                req("input_mutations", DataType::Utf8),
+                req("transitions", DataType::Utf8),
+                req("anomalies", DataType::Utf8),
             ],
             Table::PermissionDecisions => vec![
                 req("seq", DataType::UInt64),
@@ -280,6 +295,19 @@ pub fn invocations_batch(rows: &[&InvocationRow]) -> Result<RecordBatch> {
             times(rows, |r| r.ended_at_us),
             Arc::new(rows.iter().map(|r| r.duration_ms).collect::<Float64Array>()),
             utf8(rows, |r| r.actor_ref.as_deref()),
+            utf8(rows, |r| r.error_source.as_deref()),
+            utf8(rows, |r| r.result_id.as_deref()),
+            utf8(rows, |r| r.inputs[0].as_deref()),
+            utf8(rows, |r| r.input_refs[0].as_deref()),
+            utf8(rows, |r| r.inputs[1].as_deref()),
+            utf8(rows, |r| r.input_refs[1].as_deref()),
+            utf8(rows, |r| r.inputs[2].as_deref()),
+            utf8(rows, |r| r.input_refs[2].as_deref()),
+            utf8(rows, |r| r.inputs[3].as_deref()),
+            utf8(rows, |r| r.input_refs[3].as_deref()),
+            utf8(rows, |r| Some(&r.input_mutations)),
+            utf8(rows, |r| Some(&r.transitions)),
+            utf8(rows, |r| Some(&r.anomalies)),
         ],
     )
 }

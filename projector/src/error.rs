@@ -78,6 +78,18 @@ pub enum Error {
         /// SQLite's message.
         reason: String,
     },
+    /// An invocation's stored fold (`invocations.fold`) does not parse: the database was damaged or
+    /// written by another build. Rebuild it.
+    #[error("stored invocation fold of {invocation_id} (tenant {tenant}) does not parse: {source}")]
+    StoredFold {
+        /// The tenant.
+        tenant: String,
+        /// The invocation.
+        invocation_id: String,
+        /// Why it does not parse.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The SQLite writer thread stopped unexpectedly.
     #[error("projection writer stopped: {reason}")]
     WriterStopped {

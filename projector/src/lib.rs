@@ -12,9 +12,10 @@
 //! - [`store`]: one projection database — schema ([`SCHEMA_SQL`], documented in
 //!   `docs/projections.md`), position, [`Store::apply_batch`], [`Store::table_contents`].
 //! - `apply` (private): what one entry does to the tables — the events index, the invocation
-//!   state machine ([`toolledger_schemas::state::step`]; anomalies recorded, never dropped),
-//!   inputs and mutations, decisions, hooks, progress, results, catalog, surfaces, deferred refs,
-//!   sessions and the ledger's own records. Partial snapshots are merged field by field.
+//!   through the one invocation fold ([`toolledger_schemas::fold`]: state, snapshot, inputs and
+//!   mutations, error, tool; anomalies recorded, never dropped; each invocation's row written once
+//!   per batch), decisions, hooks, progress, results, catalog, surfaces, deferred refs, sessions
+//!   and the ledger's own records. Partial snapshots are merged field by field.
 //! - [`generation`]: `<data_dir>/projections/gen-<n>/` and the atomically switched `current` pointer.
 //! - [`sql`]: analysts' read-only SQL over one tenant's views, under an authorizer and time and row
 //!   limits ([`run_sql`]).

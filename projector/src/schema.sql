@@ -1,4 +1,4 @@
--- toolledger projection schema 2 (DESIGN §6). Every table is derived from ATL_LEDGER and can be
+-- toolledger projection schema 3 (DESIGN §6). Every table is derived from ATL_LEDGER and can be
 -- rebuilt from it; `position` is written in the same transaction as the rows it covers.
 -- JSON values are stored as TEXT (JSON). Times are kept as the event carried them (RFC 3339 text),
 -- with `*_ns` columns (nanoseconds since the Unix epoch, UTC) where they are compared or ordered.
@@ -56,7 +56,8 @@ CREATE TABLE sessions (
     PRIMARY KEY (tenant, session_id)
 );
 
--- One row per invocation: the state machine's state, the merged snapshot and the four inputs.
+-- One row per invocation, written from its fold (toolledger_schemas::fold): the state machine's state,
+-- the merged snapshot, the four inputs, the error and the tool under the fold's one rule each.
 CREATE TABLE invocations (
     tenant               TEXT NOT NULL,
     invocation_id        TEXT NOT NULL,
@@ -69,7 +70,7 @@ CREATE TABLE invocations (
     native_call_id       TEXT,
     retry_of             TEXT,
     attempt              INTEGER,
-    error_class          TEXT,             -- the invocation's data.error, else its first result's error
+    error_class          TEXT,             -- the invocation's own data.error, else its first final result's
     error_code           TEXT,
     error_message        TEXT,
     error_source         TEXT,             -- invocation | result
@@ -91,7 +92,7 @@ CREATE TABLE invocations (
     call_input           TEXT,             -- the last carried (invocation, decision's updated_input)
     call_input_ref       TEXT,
     snapshot             TEXT NOT NULL,    -- invocation objects merged field by field in ledger order
-    track                TEXT NOT NULL,    -- the state machine's InvocationTrack
+    fold                 TEXT NOT NULL,    -- the fold's state (JSON), which the next batch continues
     PRIMARY KEY (tenant, invocation_id)
 );
 CREATE INDEX invocations_by_session ON invocations (tenant, session_id);

@@ -18,7 +18,7 @@ use crate::error::{Error, Result, SqlContext};
 pub const SCHEMA_SQL: &str = include_str!("schema.sql");
 
 /// The schema version this build writes; a database with another is refused (rebuild it).
-pub const SCHEMA_VERSION: &str = "2";
+pub const SCHEMA_VERSION: &str = "3";
 
 /// One ledger entry to apply: its ATL_LEDGER sequence and its bytes (the canonical entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,6 +169,7 @@ impl Store {
             .try_into()
             .unwrap_or(0);
         let mut leaf = None;
+        let mut invocations = apply::Invocations::default();
         for entry in entries {
             if entry.seq <= position {
                 continue;
@@ -179,9 +180,17 @@ impl Store {
                     next: entry.seq,
                 });
             }
-            leaf = Some(apply::apply_entry(&tx, entry.seq, &entry.bytes, &state)?);
+            leaf = Some(apply::apply_entry(
+                &tx,
+                entry.seq,
+                &entry.bytes,
+                &state,
+                &mut invocations,
+            )?);
             position = entry.seq;
         }
+        // Each invocation the batch touched is written once, in the transaction of its position.
+        invocations.write(&tx)?;
         if let Some(leaf) = leaf {
             tx.execute(
                 "UPDATE position SET seq = ?1, leaf_hash = ?2 WHERE id = 0",

@@ -87,6 +87,21 @@ impl fmt::Display for EventClass {
     }
 }
 
+/// Serialized as its wire name, so stored records (an invocation fold's transitions) read like the
+/// ledger they come from.
+impl serde::Serialize for EventClass {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for EventClass {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// A `type` that names no known class.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown event class `{0}`")]

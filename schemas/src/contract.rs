@@ -406,7 +406,7 @@ impl Data {
     }
 }
 
-/// What every reader of the ledger works out first about an entry's CloudEvent (JSON): its class,
+/// What every reader of the ledger works out first about an entry's CloudEvent: its class,
 /// its data decoded as the contract says, the session and invocation it belongs to, and, when the
 /// class or data cannot be read, why. The projector and the exporter share it so that both file an
 /// entry under the same session and invocation.
@@ -424,16 +424,25 @@ pub struct ClassifiedEvent {
     pub problem: Option<String>,
 }
 
+/// The CloudEvent attributes [`ClassifiedEvent::classify`] reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EventAttributes<'a> {
+    /// `type`.
+    pub ty: Option<&'a str>,
+    /// `subject`.
+    pub subject: Option<&'a str>,
+    /// The `sessionid` extension.
+    pub sessionid: Option<&'a str>,
+    /// The `invocationid` extension.
+    pub invocationid: Option<&'a str>,
+}
+
 impl ClassifiedEvent {
-    /// Classifies `event`, a CloudEvent in its JSON format.
-    pub fn of(event: &Value) -> Self {
-        let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
+    /// Classifies an event from the attributes that file it and its `data`.
+    pub fn classify(attributes: EventAttributes<'_>, data: &Value) -> Self {
+        let text = |value: Option<&str>| value.map(str::to_owned);
         let mut problem = None;
-        let class = match event
-            .get("type")
-            .and_then(Value::as_str)
-            .map(str::parse::<EventClass>)
-        {
+        let class = match attributes.ty.map(str::parse::<EventClass>) {
             Some(Ok(class)) => Some(class),
             Some(Err(error)) => {
                 problem = Some(error.to_string());
@@ -444,7 +453,6 @@ impl ClassifiedEvent {
                 None
             }
         };
-        let data = event.get("data").unwrap_or(&Value::Null);
         let decoded = class.and_then(|class| match Data::decode_for(class, data) {
             Ok(decoded) => Some(decoded),
             Err(error) => {
@@ -455,17 +463,17 @@ impl ClassifiedEvent {
                 None
             }
         });
-        let session_id =
-            text("sessionid").or_else(|| decoded.as_ref().and_then(Data::session_id).map(str::to_owned));
+        let session_id = text(attributes.sessionid)
+            .or_else(|| decoded.as_ref().and_then(Data::session_id).map(str::to_owned));
         let is_invocation_event = class.is_some_and(|c| contract(c).is_invocation_event());
-        let invocation_id = text("invocationid").or_else(|| {
+        let invocation_id = text(attributes.invocationid).or_else(|| {
             is_invocation_event
                 .then(|| {
                     decoded
                         .as_ref()
                         .and_then(Data::subject)
                         .map(str::to_owned)
-                        .or_else(|| text("subject"))
+                        .or_else(|| text(attributes.subject))
                 })
                 .flatten()
         });

@@ -5,5 +5,6 @@
 
 mod common;
 mod idempotence;
+mod invocation_rows;
 mod readers;
 mod tamper;

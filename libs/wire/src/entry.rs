@@ -23,6 +23,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 use sha2::Digest;
 use toolledger_merkle::Hash;
+use toolledger_schemas::{ClassifiedEvent, EventAttributes};
 
 use crate::decode::{DecodedEvent, Origin};
 use crate::event::{Event, format_time};
@@ -147,17 +148,6 @@ impl LedgerEntry {
         self.event.to_json()
     }
 
-    /// A copy of the entry as a JSON value, `{"event": …, "ledger": …}`.
-    pub fn to_json(&self) -> Result<Value> {
-        let ledger = serde_json::to_value(&self.ledger).map_err(|e| Error::Encode {
-            reason: format!("ledger: {e}"),
-        })?;
-        let mut entry = Map::new();
-        entry.insert("event".to_owned(), self.event_json());
-        entry.insert("ledger".to_owned(), ledger);
-        Ok(Value::Object(entry))
-    }
-
     /// The RFC 8785 bytes: the ATL_LEDGER message payload.
     pub fn canonical_bytes(&self) -> Result<Vec<u8>> {
         let mut bytes = Vec::with_capacity(1024);
@@ -203,6 +193,21 @@ impl LedgerEntry {
         Ok((digest, bytes))
     }
 
+    /// Files the entry the way every reader of the ledger does: class, decoded data, session and
+    /// invocation ([`ClassifiedEvent`]), read from the typed attributes without a JSON copy.
+    pub fn classify(&self) -> ClassifiedEvent {
+        let event = &self.event;
+        ClassifiedEvent::classify(
+            EventAttributes {
+                ty: Some(event.ty()),
+                subject: event.subject(),
+                sessionid: event.extension_str("sessionid"),
+                invocationid: event.extension_str("invocationid"),
+            },
+            event.data().unwrap_or(&Value::Null),
+        )
+    }
+
     /// Reads an entry back from a ledger message payload, in one pass over the bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self> {
         Self::from_value(ijson::parse_canonical(bytes)?)
@@ -230,6 +235,12 @@ impl LedgerEntry {
             LedgerMetadata::deserialize(ledger).map_err(|e| Error::bad_envelope("ledger", e.to_string()))?;
         Ok(Self { event, ledger })
     }
+}
+
+/// `value` as JSON text with its object keys sorted, the way the entry stores it: what the
+/// projections keep in their JSON columns (`payload_refs`, `trace_refs`, …).
+pub fn json_text<T: Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_value(value).map_or_else(|_| "null".to_owned(), |v| v.to_string())
 }
 
 /// Lowercase hex of `bytes`.

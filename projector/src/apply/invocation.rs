@@ -1,195 +1,185 @@
-//! Invocation events: the state machine's step, the merged invocation, its four inputs and their
-//! mutations, and the records that belong to an invocation (decisions, hooks, progress, results).
+//! Invocation events: the one invocation fold ([`toolledger_schemas::fold`]) for the invocation
+//! itself — its row, transitions, anomalies and input mutations — and the records that belong to an
+//! invocation (decisions, hooks, progress, results, persistence).
+//!
+//! A batch keeps the folds of the invocations it touches in memory ([`Invocations`]): the first
+//! event of an invocation in a batch loads its stored fold (`invocations.fold`), every event of the
+//! batch applies to it, and [`Invocations::write`] writes each changed invocation's row once, with
+//! an UPDATE (or an INSERT for a new one), before the batch's position. Transitions, anomalies and
+//! mutations are written as their entries come, from what the fold says each entry did.
+
+use std::collections::HashMap;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde_json::{Map, Value};
-use toolledger_schemas::model::{
-    Loose, ToolError, ToolHook, ToolInvocation, ToolPermissionDecision, ToolProgress, ToolResult,
-    ToolResultPersistence,
+use toolledger_schemas::fold::{
+    FoldEntry, InputMutationRecord, InputStage, InvocationFold, TransitionRecord,
 };
-use toolledger_schemas::state::{self, Config as StateConfig, InvocationTrack};
-use toolledger_schemas::{Data, EventClass, EventFacts};
+use toolledger_schemas::model::{
+    Loose, ToolHook, ToolInvocation, ToolPermissionDecision, ToolProgress, ToolResult, ToolResultPersistence,
+};
+use toolledger_schemas::state::Config as StateConfig;
+use toolledger_schemas::{Data, EventClass};
 
 use super::{Ctx, load_object, merge, scalar_text, to_json, typed};
-use crate::error::{Result, SqlContext};
+use crate::error::{Error, Result, SqlContext};
 
-/// The four inputs, upstream first.
-const INPUTS: [&str; 4] = [
-    "model_input",
-    "observable_input",
-    "permission_input",
-    "call_input",
-];
-
-/// An invocation row as loaded, changed by one event, and saved.
-struct InvocationRow {
+/// One invocation a batch touched.
+struct Pending {
     tenant: String,
     invocation_id: String,
-    session_id: Option<String>,
-    tool_id: Option<String>,
-    first_seq: i64,
-    result_id: Option<String>,
-    /// The error of the first result, used when the invocation's own data carries none.
-    result_error: Option<(Option<String>, Option<String>, Option<String>)>,
-    /// The four inputs (JSON text), in [`INPUTS`] order.
-    inputs: [Option<String>; 4],
-    /// Their `*_ref`s.
-    input_refs: [Option<String>; 4],
-    snapshot: Map<String, Value>,
-    track: InvocationTrack,
+    fold: InvocationFold,
+    /// Whether its row exists in the database (UPDATE) or not yet (INSERT).
+    stored: bool,
 }
 
-impl InvocationRow {
-    fn load(tx: &Transaction<'_>, tenant: &str, invocation_id: &str) -> Result<Option<InvocationRow>> {
-        tx.prepare_cached(
-            "SELECT session_id, tool_id, first_seq, result_id, error_source, error_class, error_code,
-                error_message, model_input, observable_input, permission_input, call_input,
-                model_input_ref, observable_input_ref, permission_input_ref, call_input_ref, snapshot, track
-             FROM invocations WHERE tenant = ?1 AND invocation_id = ?2",
-        )
-        .sql("prepare load invocation")?
-        .query_row(params![tenant, invocation_id], |row| {
-            let error_source: Option<String> = row.get(4)?;
-            let result_error = if error_source.as_deref() == Some("result") {
-                Some((row.get(5)?, row.get(6)?, row.get(7)?))
-            } else {
-                None
-            };
-            let snapshot: String = row.get(16)?;
-            let track: String = row.get(17)?;
-            Ok(InvocationRow {
-                tenant: tenant.to_owned(),
-                invocation_id: invocation_id.to_owned(),
-                session_id: row.get(0)?,
-                tool_id: row.get(1)?,
-                first_seq: row.get(2)?,
-                result_id: row.get(3)?,
-                result_error,
-                inputs: [row.get(8)?, row.get(9)?, row.get(10)?, row.get(11)?],
-                input_refs: [row.get(12)?, row.get(13)?, row.get(14)?, row.get(15)?],
-                snapshot: match serde_json::from_str(&snapshot) {
-                    Ok(Value::Object(map)) => map,
-                    _ => Map::new(),
-                },
-                track: serde_json::from_str(&track).unwrap_or_default(),
-            })
-        })
-        .optional()
-        .sql("load invocation")
+/// The folds of the invocations a batch touched, in the order first touched.
+#[derive(Default)]
+pub(crate) struct Invocations {
+    index: HashMap<(String, String), usize>,
+    pending: Vec<Pending>,
+}
+
+impl Invocations {
+    /// The fold of (tenant, invocation), loaded from its row on the batch's first touch.
+    fn fold(
+        &mut self,
+        tx: &Transaction<'_>,
+        tenant: &str,
+        invocation_id: &str,
+    ) -> Result<&mut InvocationFold> {
+        let key = (tenant.to_owned(), invocation_id.to_owned());
+        let at = match self.index.get(&key) {
+            Some(at) => *at,
+            None => {
+                let stored: Option<String> = tx
+                    .prepare_cached("SELECT fold FROM invocations WHERE tenant = ?1 AND invocation_id = ?2")
+                    .sql("prepare load fold")?
+                    .query_row(params![tenant, invocation_id], |row| row.get(0))
+                    .optional()
+                    .sql("load fold")?;
+                let fold = match &stored {
+                    Some(text) => serde_json::from_str(text).map_err(|source| Error::StoredFold {
+                        tenant: tenant.to_owned(),
+                        invocation_id: invocation_id.to_owned(),
+                        source,
+                    })?,
+                    None => InvocationFold::default(),
+                };
+                self.pending.push(Pending {
+                    tenant: key.0.clone(),
+                    invocation_id: key.1.clone(),
+                    fold,
+                    stored: stored.is_some(),
+                });
+                self.index.insert(key, self.pending.len() - 1);
+                self.pending.len() - 1
+            }
+        };
+        Ok(&mut self.pending[at].fold)
     }
 
-    fn save(&self, tx: &Transaction<'_>, last_seq: i64) -> Result<()> {
-        let invocation = ToolInvocation::deserialize_opt(&self.snapshot);
-        let text = |key: &str| self.snapshot.get(key).and_then(Value::as_str).map(str::to_owned);
-        let own_error = invocation.as_ref().and_then(ToolInvocation::error);
-        let (error_source, error_class, error_code, error_message) = match (&own_error, &self.result_error) {
-            (Some(error), _) => (
-                Some("invocation"),
-                error.error_class.as_ref().map(|c| c.as_str().to_owned()),
-                error.error_code.clone(),
-                error.message.clone(),
-            ),
-            (None, Some((class, code, message))) => {
-                (Some("result"), class.clone(), code.clone(), message.clone())
-            }
-            (None, None) => (None, None, None, None),
-        };
-        let retry_of = invocation.as_ref().and_then(|i| i.retry_of().map(str::to_owned));
-        let attempt = invocation
-            .as_ref()
-            .and_then(ToolInvocation::attempt)
-            .and_then(|a| i64::try_from(a).ok());
-        tx.prepare_cached(
-            "INSERT OR REPLACE INTO invocations (tenant, invocation_id, session_id, tool_id, surface_id, state,
-                planned, terminal, native_call_id, retry_of, attempt, error_class, error_code, error_message,
-                error_source, actor_ref, created_at, started_at, ended_at, first_seq, last_seq, latest_time_ns,
-                event_count, result_id, model_input, model_input_ref, observable_input, observable_input_ref,
-                permission_input, permission_input_ref, call_input, call_input_ref, snapshot, track)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
-                ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)",
-        )
-        .sql("prepare save invocation")?
-        .execute(params![
-            self.tenant,
-            self.invocation_id,
-            self.session_id,
-            self.tool_id,
-            text("surface_id"),
-            self.track.state.as_str(),
-            self.track.planned,
-            self.track.is_terminal(),
-            text("native_call_id"),
-            retry_of,
-            attempt,
-            error_class,
-            error_code,
-            error_message,
-            error_source,
-            text("actor_ref"),
-            text("created_at"),
-            text("started_at"),
-            text("ended_at"),
-            self.first_seq,
-            last_seq,
-            self.track.latest_time.map(|t| t.0),
-            i64::try_from(self.track.events).unwrap_or(i64::MAX),
-            self.result_id,
-            self.inputs[0],
-            self.input_refs[0],
-            self.inputs[1],
-            self.input_refs[1],
-            self.inputs[2],
-            self.input_refs[2],
-            self.inputs[3],
-            self.input_refs[3],
-            Value::Object(self.snapshot.clone()).to_string(),
-            serde_json::to_string(&self.track).unwrap_or_default(),
-        ])
-        .sql("save invocation")?;
+    /// Writes the row of every invocation the batch touched, once each, from its fold.
+    pub(crate) fn write(self, tx: &Transaction<'_>) -> Result<()> {
+        for pending in &self.pending {
+            write_row(tx, pending)?;
+        }
         Ok(())
     }
-
-    /// The nearest input upstream of `to` that is present.
-    fn upstream_of(&self, to: usize) -> Option<usize> {
-        (0..to).rev().find(|i| self.inputs[*i].is_some())
-    }
 }
 
-trait DeserializeOpt: Sized {
-    fn deserialize_opt(map: &Map<String, Value>) -> Option<Self>;
+/// Text of an optional JSON value (`None` stays NULL).
+fn json_text(value: Option<&Value>) -> Option<String> {
+    value.map(Value::to_string)
 }
 
-impl DeserializeOpt for ToolInvocation {
-    fn deserialize_opt(map: &Map<String, Value>) -> Option<Self> {
-        serde::Deserialize::deserialize(Value::Object(map.clone())).ok()
-    }
-}
-
-/// Top-level fields that differ between two inputs (both objects); empty otherwise.
-fn changed_fields(from: Option<&str>, to: &Value) -> Vec<String> {
-    let from: Option<Value> = from.and_then(|text| serde_json::from_str(text).ok());
-    let (Some(Value::Object(from)), Value::Object(to)) = (from, to) else {
-        return Vec::new();
+fn write_row(tx: &Transaction<'_>, pending: &Pending) -> Result<()> {
+    let fold = &pending.fold;
+    let snapshot = fold.snapshot();
+    let error = fold.error();
+    let inputs = fold.inputs();
+    let input = |stage| json_text(inputs.value(stage));
+    let reference = |stage| inputs.reference(stage);
+    // Through a `Value`, so the stored snapshot's keys are sorted as they were when it was a merged
+    // JSON object (readers compare and diff it).
+    let snapshot_text = snapshot
+        .and_then(|s| serde_json::to_value(s).ok())
+        .map_or_else(|| "{}".to_owned(), |s| s.to_string());
+    let fold_text = serde_json::to_string(fold).map_err(|source| Error::StoredFold {
+        tenant: pending.tenant.clone(),
+        invocation_id: pending.invocation_id.clone(),
+        source,
+    })?;
+    let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let sql = if pending.stored {
+        "UPDATE invocations SET session_id = ?3, tool_id = ?4, surface_id = ?5, state = ?6, planned = ?7,
+            terminal = ?8, native_call_id = ?9, retry_of = ?10, attempt = ?11, error_class = ?12,
+            error_code = ?13, error_message = ?14, error_source = ?15, actor_ref = ?16, created_at = ?17,
+            started_at = ?18, ended_at = ?19, first_seq = ?20, last_seq = ?21, latest_time_ns = ?22,
+            event_count = ?23, result_id = ?24, model_input = ?25, model_input_ref = ?26,
+            observable_input = ?27, observable_input_ref = ?28, permission_input = ?29,
+            permission_input_ref = ?30, call_input = ?31, call_input_ref = ?32, snapshot = ?33, fold = ?34
+         WHERE tenant = ?1 AND invocation_id = ?2"
+    } else {
+        "INSERT INTO invocations (tenant, invocation_id, session_id, tool_id, surface_id, state, planned,
+            terminal, native_call_id, retry_of, attempt, error_class, error_code, error_message, error_source,
+            actor_ref, created_at, started_at, ended_at, first_seq, last_seq, latest_time_ns, event_count,
+            result_id, model_input, model_input_ref, observable_input, observable_input_ref, permission_input,
+            permission_input_ref, call_input, call_input_ref, snapshot, fold)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
+            ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)"
     };
-    let mut keys: Vec<String> = from
-        .keys()
-        .chain(to.keys())
-        .filter(|k| from.get(*k) != to.get(*k))
-        .cloned()
-        .collect();
-    keys.sort();
-    keys.dedup();
-    keys
+    tx.prepare_cached(sql)
+        .sql("prepare write invocation")?
+        .execute(params![
+            pending.tenant,
+            pending.invocation_id,
+            fold.session_id(),
+            fold.tool_id(),
+            snapshot.and_then(|s| s.surface_id.as_deref()),
+            fold.state().as_str(),
+            fold.track().planned,
+            fold.is_terminal(),
+            snapshot.and_then(|s| s.native_call_id.as_deref()),
+            fold.retry_of(),
+            fold.attempt().and_then(|a| i64::try_from(a).ok()),
+            error.as_ref().and_then(|e| e.class()),
+            error.as_ref().and_then(|e| e.code()),
+            error.as_ref().and_then(|e| e.message()),
+            error.as_ref().map(|e| e.source.as_str()),
+            snapshot.and_then(|s| s.actor_ref.as_deref()),
+            snapshot.map(|s| s.created_at.as_str()),
+            snapshot.and_then(|s| s.started_at.as_deref()),
+            snapshot.and_then(|s| s.ended_at.as_deref()),
+            fold.first_seq().map(as_i64),
+            fold.last_seq().map(as_i64),
+            fold.latest_time().map(|t| t.0),
+            as_i64(fold.event_count()),
+            fold.result_id(),
+            input(InputStage::ModelInput),
+            reference(InputStage::ModelInput),
+            input(InputStage::ObservableInput),
+            reference(InputStage::ObservableInput),
+            input(InputStage::PermissionInput),
+            reference(InputStage::PermissionInput),
+            input(InputStage::CallInput),
+            reference(InputStage::CallInput),
+            snapshot_text,
+            fold_text,
+        ])
+        .sql("write invocation")?;
+    Ok(())
 }
 
-/// Applies one invocation event.
-pub(super) fn apply(ctx: &mut Ctx<'_>, data: &Data, facts: &EventFacts, config: &StateConfig) -> Result<()> {
-    let Some(invocation_id) = data
-        .subject()
-        .map(str::to_owned)
-        .or_else(|| ctx.ext_invocation.clone())
-        .or_else(|| ctx.subject.clone())
-    else {
+/// Applies one invocation event: folds it into its invocation, writes what it did (transition,
+/// anomalies, mutations) and the record it carries.
+pub(super) fn apply(
+    ctx: &mut Ctx<'_>,
+    data: &Data,
+    invocations: &mut Invocations,
+    config: &StateConfig,
+) -> Result<()> {
+    let Some(invocation_id) = ctx.ext_invocation.clone() else {
         ctx.tx
             .execute(
                 "UPDATE events SET problem = 'an invocation event without invocation_id' WHERE seq = ?1",
@@ -198,32 +188,73 @@ pub(super) fn apply(ctx: &mut Ctx<'_>, data: &Data, facts: &EventFacts, config: 
             .sql("flag event")?;
         return Ok(());
     };
-    let tx = ctx.tx;
-    let mut row = match InvocationRow::load(tx, &ctx.tenant, &invocation_id)? {
-        Some(row) => row,
-        None => InvocationRow {
-            tenant: ctx.tenant.clone(),
-            invocation_id: invocation_id.clone(),
-            session_id: None,
-            tool_id: None,
-            first_seq: ctx.seq,
-            result_id: None,
-            result_error: None,
-            inputs: Default::default(),
-            input_refs: Default::default(),
-            snapshot: Map::new(),
-            track: InvocationTrack::default(),
+    let fold = invocations.fold(ctx.tx, &ctx.tenant, &invocation_id)?;
+    let applied = fold.apply(
+        &FoldEntry {
+            seq: u64::try_from(ctx.seq).unwrap_or(0),
+            class: ctx.class,
+            data,
+            time: ctx.time.as_deref(),
+            session_id: ctx.session.as_deref(),
+            tool_id: ctx.ext_tool.as_deref(),
         },
-    };
-    if row.session_id.is_none() {
-        row.session_id.clone_from(&ctx.session);
+        config,
+    );
+    ctx.record_anomalies(Some(&invocation_id), &applied.anomalies)?;
+    if let Some(transition) = &applied.transition {
+        insert_transition(ctx, &invocation_id, transition)?;
     }
+    for at in &applied.mutations {
+        if let Some(mutation) = fold.mutations().get(*at) {
+            upsert_mutation(ctx, &invocation_id, mutation)?;
+        }
+    }
+    let first_result = fold.result_id().map(str::to_owned);
+    match data {
+        Data::Invocation(invocation) => external_ids(ctx, &invocation_id, invocation)?,
+        Data::Hook(hook) => upsert_hook(ctx, &invocation_id, hook)?,
+        Data::PermissionRequest(request) => {
+            let (merged, _) = merged_with(ctx, "permission_requests", "decision_id", &request.decision_id)?;
+            let request: toolledger_schemas::model::PermissionRequest = typed(&merged, request.as_ref());
+            ctx.tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO permission_requests (tenant, decision_id, invocation_id, tool_id,
+                        permission_input, permission_profile_ref, mode, reason, requested_at, seq, data)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                )
+                .sql("prepare permission request")?
+                .execute(params![
+                    ctx.tenant,
+                    request.decision_id,
+                    invocation_id,
+                    request.tool_id,
+                    to_json(&request.permission_input),
+                    request.permission_profile_ref,
+                    request.mode,
+                    to_json(&request.reason),
+                    request.requested_at,
+                    ctx.seq,
+                    Value::Object(merged).to_string()
+                ])
+                .sql("insert permission request")?;
+        }
+        Data::PermissionDecision(decision) => insert_decision(ctx, &invocation_id, decision)?,
+        Data::Progress(progress) => upsert_progress(ctx, &invocation_id, progress)?,
+        Data::Result(result) => {
+            // The fold names the invocation's first final result; another one is a duplicate.
+            let duplicate = ctx.class == EventClass::ResultCreated
+                && first_result.as_deref() != Some(result.result_id.as_str());
+            upsert_result(ctx, &invocation_id, result, duplicate)?;
+        }
+        Data::ResultPersistence(persistence) => upsert_persistence(ctx, &invocation_id, persistence)?,
+        _ => {}
+    }
+    Ok(())
+}
 
-    let outcome = state::step(&row.track, facts, config);
-    row.track = outcome.track;
-    ctx.record_anomalies(Some(&invocation_id), &outcome.anomalies)?;
-    if let Some(transition) = outcome.transition {
-        tx.prepare_cached(
+fn insert_transition(ctx: &Ctx<'_>, invocation_id: &str, transition: &TransitionRecord) -> Result<()> {
+    ctx.tx
+        .prepare_cached(
             "INSERT INTO invocation_transitions (seq, tenant, invocation_id, from_state, to_state, class, event_time)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )
@@ -234,165 +265,16 @@ pub(super) fn apply(ctx: &mut Ctx<'_>, data: &Data, facts: &EventFacts, config: 
             invocation_id,
             transition.from.as_str(),
             transition.to.as_str(),
-            ctx.class.as_str(),
-            ctx.time
+            transition.class.as_str(),
+            transition.time
         ])
         .sql("insert transition")?;
-    }
-
-    let mut mutation_idx = 0i64;
-    match data {
-        Data::Invocation(invocation) => {
-            merge(&mut row.snapshot, &ctx.raw, &["model_input", "model_input_ref"]);
-            for (i, stage) in INPUTS.iter().enumerate() {
-                let first_only = i == 0;
-                if let Some(value) = ctx.raw.get(*stage)
-                    && (!first_only || row.inputs[i].is_none())
-                {
-                    row.inputs[i] = Some(value.to_string());
-                }
-                let key = format!("{stage}_ref");
-                if let Some(value) = ctx.raw.get(&key).and_then(Value::as_str)
-                    && (!first_only || row.input_refs[i].is_none())
-                {
-                    row.input_refs[i] = Some(value.to_owned());
-                }
-            }
-            for mutation in invocation.input_mutations() {
-                insert_mutation(
-                    ctx,
-                    &invocation_id,
-                    &Mutation {
-                        source: mutation.source_type.as_str(),
-                        source_id: &mutation.mutation_id,
-                        idx: mutation_idx,
-                        source_ref: mutation.source_ref.as_deref(),
-                        from: mutation.from_input_ref.as_deref(),
-                        to: mutation.to_input_ref.as_deref(),
-                        changed_fields: mutation.changed_fields.clone().unwrap_or_default(),
-                        reason: mutation.reason.as_deref(),
-                        created_at: Some(&mutation.created_at),
-                        value: None,
-                    },
-                )?;
-                mutation_idx += 1;
-            }
-            external_ids(ctx, &invocation_id, invocation)?;
-        }
-        Data::Hook(hook) => {
-            let hook = upsert_hook(ctx, &invocation_id, hook)?;
-            if let Some(updated) = &hook.updated_input
-                && ctx.raw.contains_key("updated_input")
-            {
-                // Before any permission decision a hook's update is what the permission check
-                // sees; after one, it is what the executor gets.
-                let decided: bool = tx
-                    .prepare_cached(
-                        "SELECT EXISTS (SELECT 1 FROM permission_decisions WHERE tenant = ?1 AND invocation_id = ?2)",
-                    )
-                    .sql("prepare decided")?
-                    .query_row(params![ctx.tenant, invocation_id], |r| r.get(0))
-                    .sql("decided")?;
-                let to = if decided { 3 } else { 2 };
-                mutate(ctx, &mut row, "hook", &hook.hook_id, to, updated, mutation_idx)?;
-            }
-        }
-        Data::PermissionRequest(request) => {
-            let (merged, _) = merged_with(ctx, "permission_requests", "decision_id", &request.decision_id)?;
-            let request: toolledger_schemas::model::PermissionRequest = typed(&merged, request.as_ref());
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO permission_requests (tenant, decision_id, invocation_id, tool_id,
-                    permission_input, permission_profile_ref, mode, reason, requested_at, seq, data)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            )
-            .sql("prepare permission request")?
-            .execute(params![
-                ctx.tenant,
-                request.decision_id,
-                invocation_id,
-                request.tool_id,
-                to_json(&request.permission_input),
-                request.permission_profile_ref,
-                request.mode,
-                to_json(&request.reason),
-                request.requested_at,
-                ctx.seq,
-                Value::Object(merged).to_string()
-            ])
-            .sql("insert permission request")?;
-            if let Some(input) = ctx.raw.get("permission_input") {
-                row.inputs[2] = Some(input.to_string());
-            }
-        }
-        Data::PermissionDecision(decision) => {
-            insert_decision(ctx, &invocation_id, decision)?;
-            if let Some(updated) = &decision.updated_input
-                && ctx.raw.contains_key("updated_input")
-            {
-                mutate(
-                    ctx,
-                    &mut row,
-                    "permission_decision",
-                    &decision.decision_id,
-                    3,
-                    updated,
-                    mutation_idx,
-                )?;
-            }
-        }
-        Data::Progress(progress) => upsert_progress(ctx, &invocation_id, progress)?,
-        Data::Result(result) => {
-            let duplicate = ctx.class == EventClass::ResultCreated
-                && row
-                    .result_id
-                    .as_ref()
-                    .is_some_and(|first| *first != result.result_id);
-            if ctx.class == EventClass::ResultCreated && row.result_id.is_none() {
-                row.result_id = Some(result.result_id.clone());
-                row.result_error = result.error.as_ref().and_then(Loose::typed).map(|e: &ToolError| {
-                    (
-                        e.error_class.as_ref().map(|c| c.as_str().to_owned()),
-                        e.error_code.clone(),
-                        e.message.clone(),
-                    )
-                });
-            }
-            upsert_result(ctx, &invocation_id, result, duplicate)?;
-        }
-        Data::ResultPersistence(persistence) => upsert_persistence(ctx, &invocation_id, persistence)?,
-        _ => {}
-    }
-    if row.tool_id.is_none() {
-        row.tool_id = row
-            .snapshot
-            .get("tool_id")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| ctx.raw.get("tool_id").and_then(Value::as_str).map(str::to_owned))
-            .or_else(|| ctx.ext_tool.clone());
-    } else if let Some(tool) = row.snapshot.get("tool_id").and_then(Value::as_str) {
-        row.tool_id = Some(tool.to_owned());
-    }
-    row.save(tx, ctx.seq)
+    Ok(())
 }
 
-/// One input mutation to record.
-struct Mutation<'a> {
-    source: &'a str,
-    source_id: &'a str,
-    idx: i64,
-    source_ref: Option<&'a str>,
-    from: Option<&'a str>,
-    to: Option<&'a str>,
-    changed_fields: Vec<String>,
-    reason: Option<&'a str>,
-    created_at: Option<&'a str>,
-    value: Option<String>,
-}
-
-fn insert_mutation(ctx: &Ctx<'_>, invocation_id: &str, m: &Mutation<'_>) -> Result<()> {
-    // The same source again (a hook's started and completed snapshots, a repeated
-    // input-mutation object) updates the mutation in place; its place in the order stays.
+fn upsert_mutation(ctx: &Ctx<'_>, invocation_id: &str, m: &InputMutationRecord) -> Result<()> {
+    // The fold keeps a mutation's first place (seq, idx) when the same source comes again (a hook's
+    // started and completed snapshots, a repeated input-mutation object); the row follows it.
     ctx.tx
         .prepare_cached(
             "INSERT INTO input_mutations (tenant, invocation_id, source, source_id, seq, idx, source_ref,
@@ -409,55 +291,23 @@ fn insert_mutation(ctx: &Ctx<'_>, invocation_id: &str, m: &Mutation<'_>) -> Resu
             invocation_id,
             m.source,
             m.source_id,
-            ctx.seq,
+            i64::try_from(m.seq).unwrap_or(i64::MAX),
             m.idx,
             m.source_ref,
-            m.from,
-            m.to,
+            m.from_input,
+            m.to_input,
             serde_json::to_string(&m.changed_fields).unwrap_or_default(),
             m.reason,
             m.created_at,
-            m.value
+            json_text(m.value.as_ref())
         ])
         .sql("insert mutation")?;
     Ok(())
 }
 
-/// A hook's or a decision's `updated_input`: a mutation into input `to` from the nearest input
-/// upstream of it, which becomes the new value of `to`.
-fn mutate(
-    ctx: &Ctx<'_>,
-    row: &mut InvocationRow,
-    source: &str,
-    source_id: &str,
-    to: usize,
-    updated: &Value,
-    idx: i64,
-) -> Result<()> {
-    let from = row.upstream_of(to);
-    let changed = changed_fields(from.and_then(|i| row.inputs[i].as_deref()), updated);
-    insert_mutation(
-        ctx,
-        &row.invocation_id.clone(),
-        &Mutation {
-            source,
-            source_id,
-            idx,
-            source_ref: None,
-            from: from.map(|i| INPUTS[i]),
-            to: Some(INPUTS[to]),
-            changed_fields: changed,
-            reason: None,
-            created_at: None,
-            value: Some(updated.to_string()),
-        },
-    )?;
-    row.inputs[to] = Some(updated.to_string());
-    Ok(())
-}
-
 /// Native ids: `native_call_id`, every scalar of `external_mappings` (object or array) and of
-/// `telemetry_refs`, and top-level `jsonrpc_request_id` / `tool_call_id` / `request_id`.
+/// `telemetry_refs`, and top-level `jsonrpc_request_id` / `tool_call_id` / `request_id` (fields the
+/// invocation schema does not name, so they are in `extra`).
 fn external_ids(ctx: &Ctx<'_>, invocation_id: &str, invocation: &ToolInvocation) -> Result<()> {
     let mut ids: Vec<(String, String, String)> = Vec::new();
     if let Some(native) = &invocation.native_call_id {
@@ -479,10 +329,10 @@ fn external_ids(ctx: &Ctx<'_>, invocation_id: &str, invocation: &ToolInvocation)
             }
         }
     };
-    match ctx
-        .raw
+    let extra = &invocation.extra;
+    match extra
         .get("external_mappings")
-        .or_else(|| ctx.raw.get("external_mapping"))
+        .or_else(|| extra.get("external_mapping"))
     {
         Some(Value::Array(items)) => {
             for item in items {
@@ -498,7 +348,7 @@ fn external_ids(ctx: &Ctx<'_>, invocation_id: &str, invocation: &ToolInvocation)
         from_object("telemetry", object);
     }
     for key in ["jsonrpc_request_id", "tool_call_id", "request_id"] {
-        if let Some(text) = ctx.raw.get(key).and_then(scalar_text) {
+        if let Some(text) = extra.get(key).and_then(scalar_text) {
             ids.push(("data".to_owned(), key.to_owned(), text));
         }
     }
@@ -542,7 +392,7 @@ fn merged_keeping(
     Ok((merged, first_seq))
 }
 
-fn upsert_hook(ctx: &Ctx<'_>, invocation_id: &str, hook: &ToolHook) -> Result<ToolHook> {
+fn upsert_hook(ctx: &Ctx<'_>, invocation_id: &str, hook: &ToolHook) -> Result<()> {
     let (merged, first_seq) = merged_with(ctx, "hooks", "hook_id", &hook.hook_id)?;
     let merged_hook: ToolHook = typed(&merged, hook);
     let phase = match ctx.class {
@@ -578,10 +428,7 @@ fn upsert_hook(ctx: &Ctx<'_>, invocation_id: &str, hook: &ToolHook) -> Result<To
             Value::Object(merged).to_string()
         ])
         .sql("insert hook")?;
-    // This event's own updated_input is the mutation (not one merged in from an earlier snapshot).
-    let mut own = merged_hook;
-    own.updated_input = hook.updated_input.clone();
-    Ok(own)
+    Ok(())
 }
 
 fn insert_decision(ctx: &Ctx<'_>, invocation_id: &str, d: &ToolPermissionDecision) -> Result<()> {

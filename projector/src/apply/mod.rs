@@ -2,18 +2,24 @@
 //!
 //! ```text
 //! entry bytes ─▶ LedgerEntry::parse ─▶ events row (always; `problem` when it goes no further)
-//!             ─▶ class ─▶ contract(class) ─▶ Data::decode_for ─▶ sessions
-//!                  ├─ invocation classes ─▶ state::step ─▶ invocations, transitions, anomalies,
-//!                  │                          inputs and mutations, decisions, hooks, progress, results
+//!             ─▶ ClassifiedEvent (class, typed data, session, invocation) ─▶ sessions
+//!                  ├─ invocation classes ─▶ the batch's InvocationFold of that invocation
+//!                  │      ├─ per entry: transitions, anomalies, input mutations, decisions, hooks,
+//!                  │      │             progress, results, persistence, native ids
+//!                  │      └─ once per batch (Invocations::write): the invocations row
 //!                  ├─ tool.declared / surface / deferred ─▶ catalog (unknown values ─▶ anomalies)
 //!                  └─ toolledger.* ─▶ quarantine receipts, access reads, erasures
 //! ```
 //!
-//! Events carry snapshots that may be partial: objects are merged field by field in ledger order
-//! ([`merge`]), and the typed columns are read from the merged object.
+//! Events carry snapshots that may be partial. The invocation's own snapshot is merged by the fold
+//! ([`toolledger_schemas::fold`]); the records an invocation owns (hooks, results, …) are merged
+//! field by field in ledger order here ([`merge`]), and their typed columns read from the merged
+//! object.
 
 mod catalog;
 mod invocation;
+
+pub(crate) use invocation::Invocations;
 
 use rusqlite::{Transaction, params};
 use serde::Serialize;
@@ -25,6 +31,8 @@ use toolledger_schemas::{
     Anomaly, ClassifiedEvent, Data, Effect, EventClass, EventFacts, EventTime, contract,
 };
 use toolledger_wire::LedgerEntry;
+use toolledger_wire::entry::json_text;
+use toolledger_wire::event::format_time;
 
 use crate::error::{Result, SqlContext};
 
@@ -37,6 +45,7 @@ pub(crate) struct Ctx<'t> {
     pub session: Option<String>,
     pub subject: Option<String>,
     pub time: Option<String>,
+    /// The invocation the entry belongs to ([`ClassifiedEvent::invocation_id`]).
     pub ext_invocation: Option<String>,
     pub ext_tool: Option<String>,
     /// The raw `data` object (merging works on it, so unknown fields are kept).
@@ -72,41 +81,40 @@ impl Ctx<'_> {
     }
 }
 
-/// Applies the entry at `seq`; returns its leaf hash (hex).
+/// Applies the entry at `seq`; returns its leaf hash (hex). Invocation rows are written by
+/// [`Invocations::write`] at the end of the batch.
 pub(crate) fn apply_entry(
     tx: &Transaction<'_>,
     seq: u64,
     bytes: &[u8],
     state: &StateConfig,
+    invocations: &mut Invocations,
 ) -> Result<String> {
     let leaf = toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes));
     let seq = i64::try_from(seq).unwrap_or(i64::MAX);
-    let json = match LedgerEntry::parse(bytes).and_then(|entry| entry.to_json()) {
-        Ok(json) => json,
+    let mut entry = match LedgerEntry::parse(bytes) {
+        Ok(entry) => entry,
         Err(error) => {
             tracing::warn!(seq, %error, "ledger entry does not decode; indexed with its problem");
             insert_problem_event(tx, seq, &leaf, &format!("not a ledger entry: {error}"))?;
             return Ok(leaf);
         }
     };
-    let event = json.get("event").cloned().unwrap_or(Value::Null);
-    let ledger = json.get("ledger").cloned().unwrap_or(Value::Null);
-    let text = |key: &str| event.get(key).and_then(Value::as_str).map(str::to_owned);
-    let class_name = text("type");
-    let tenant = text("tenant").unwrap_or_default();
-    let time = text("time");
-    let time_ns = time.as_deref().and_then(EventTime::parse_rfc3339).map(|t| t.0);
-    let data = event.get("data").cloned().unwrap_or(Value::Null);
-
     let ClassifiedEvent {
         class,
         decoded,
         session_id: session,
         invocation_id,
         problem,
-    } = ClassifiedEvent::of(&event);
+    } = entry.classify();
+    let LedgerEntry { event, ledger } = &mut entry;
+    let text = |value: Option<&str>| value.map(str::to_owned);
+    let tenant = event.extension_str("tenant").unwrap_or_default().to_owned();
+    let time = event.time().map(format_time);
+    let time_ns = event.time().and_then(|t| t.timestamp_nanos_opt());
+    let subject = text(event.subject());
+    let tool = text(event.extension_str("toolid"));
     let is_invocation_event = class.is_some_and(|c| contract(c).is_invocation_event());
-    let json_text = |value: Option<&Value>| value.filter(|v| !v.is_null()).map(Value::to_string);
     tx.prepare_cached(
         "INSERT INTO events (seq, leaf_hash, event_id, source, class, tenant, session_id, subject,
             invocation_id, tool_id, event_time, event_time_ns, ingested_at, origin, traceparent, tracestate,
@@ -117,23 +125,23 @@ pub(crate) fn apply_entry(
     .execute(params![
         seq,
         leaf,
-        text("id"),
-        text("source"),
-        class_name,
+        event.id(),
+        event.source(),
+        event.ty(),
         tenant,
         session,
-        text("subject"),
+        subject,
         invocation_id,
-        text("toolid"),
+        tool,
         time,
         time_ns,
-        ledger.get("ingested_at").and_then(Value::as_str),
-        ledger.get("origin").and_then(Value::as_str),
-        text("traceparent"),
-        text("tracestate"),
-        json_text(ledger.get("trace_refs")),
-        json_text(ledger.get("payload_refs")).unwrap_or_else(|| "[]".to_owned()),
-        json_text(ledger.get("scrubbed_paths")).unwrap_or_else(|| "[]".to_owned()),
+        format_time(&ledger.ingested_at),
+        ledger.origin.as_str(),
+        event.extension_str("traceparent"),
+        event.extension_str("tracestate"),
+        ledger.trace_refs.as_deref().map(json_text),
+        json_text(&ledger.payload_refs),
+        json_text(&ledger.scrubbed_paths),
         problem
     ])
     .sql("insert event")?;
@@ -150,26 +158,26 @@ pub(crate) fn apply_entry(
         class,
         tenant,
         session,
-        subject: text("subject"),
+        subject,
         time,
         ext_invocation: invocation_id,
-        ext_tool: text("toolid"),
-        raw: match data {
-            Value::Object(map) => map,
+        ext_tool: tool,
+        raw: match event.data.take() {
+            Some(Value::Object(map)) => map,
             _ => Map::new(),
         },
         anomalies: 0,
     };
+    if is_invocation_event {
+        invocation::apply(&mut ctx, &decoded, invocations, state)?;
+        return Ok(leaf);
+    }
     let facts = EventFacts::from_data(
         class,
         seq.try_into().unwrap_or(0),
         time_ns.map(EventTime),
         &decoded,
     );
-    if is_invocation_event {
-        invocation::apply(&mut ctx, &decoded, &facts, state)?;
-        return Ok(leaf);
-    }
     // Declarations, surfaces, deferred refs and the ledger's own records: the state machine only
     // reports their unknown values.
     let outcome = state::step(&InvocationTrack::default(), &facts, state);
