@@ -49,18 +49,15 @@ pub struct IdentityIndex {
 }
 
 fn sql(context: &str) -> impl Fn(rusqlite::Error) -> Error + '_ {
-    move |e| Error::IdentityIndex {
-        reason: format!("{context}: {e}"),
-    }
+    move |e| Error::index(context, e)
 }
 
 impl IdentityIndex {
     /// Opens (creating if needed) the index at `path`.
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::IdentityIndex {
-                reason: format!("creating {}: {e}", dir.display()),
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::index(format!("creating {}", dir.display()), e))?;
         }
         let conn = Connection::open(path).map_err(sql("open"))?;
         conn.execute_batch(
@@ -103,9 +100,8 @@ impl IdentityIndex {
             .optional()
             .map_err(sql("lookup"))?
             .map(|(digest, seq)| {
-                let digest = <[u8; 32]>::try_from(digest.as_slice()).map_err(|_| Error::IdentityIndex {
-                    reason: "stored digest is not 32 bytes".to_owned(),
-                })?;
+                let digest = <[u8; 32]>::try_from(digest.as_slice())
+                    .map_err(|e| Error::index("reading a stored digest (not 32 bytes)", e))?;
                 Ok(Recorded {
                     digest,
                     seq: u64::try_from(seq).unwrap_or(0),

@@ -37,13 +37,16 @@ pub enum Error {
         /// The first sequence that is not ours.
         seq: u64,
     },
-    /// A stream could not be read or inspected.
-    #[error("stream {stream}: {reason}")]
+    /// A stream (or the server connection, `nats`) could not be read or inspected.
+    #[error("stream {stream}: {action}")]
     Stream {
         /// The stream's name.
         stream: String,
-        /// What went wrong.
-        reason: String,
+        /// What was being done.
+        action: String,
+        /// The client's or server's error.
+        #[source]
+        source: BoxError,
     },
     /// The lease bucket could not be used.
     #[error("lease {key}: {reason}")]
@@ -54,10 +57,32 @@ pub enum Error {
         reason: String,
     },
     /// The identity index (duplicate detection) could not be read or written.
-    #[error("identity index: {reason}")]
+    #[error("identity index: {action}")]
     IdentityIndex {
-        /// What went wrong.
-        reason: String,
+        /// What was being done.
+        action: String,
+        /// SQLite's or the file system's error.
+        #[source]
+        source: BoxError,
+    },
+    /// A ledger entry read to catch the identity index up does not parse.
+    #[error("identity index: ledger seq {seq} is not a readable entry")]
+    IndexedEntryUnreadable {
+        /// Its ledger sequence.
+        seq: u64,
+        /// Why.
+        #[source]
+        source: toolledger_wire::Error,
+    },
+    /// A blocking step (classify, the identity index) panicked or was cancelled: a bug, reported as
+    /// the step it was and not as whatever that step touches.
+    #[error("ingest's {task} step did not finish")]
+    TaskFailed {
+        /// The step.
+        task: &'static str,
+        /// The panic or cancellation.
+        #[source]
+        source: tokio::task::JoinError,
     },
     /// A rejected message could not be written to ATL_QUARANTINE; it stays unacked and comes back.
     #[error("quarantine of inbound seq {inbound_seq}: {reason}")]
@@ -202,6 +227,33 @@ pub enum Error {
     /// Reading the ledger back, the blob store or the tile store failed (`toolledger-ledger`).
     #[error(transparent)]
     Ledger(#[from] toolledger_ledger::Error),
+}
+
+/// A cause from a client library, kept as the error's source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Error {
+    /// [`Error::Stream`]: doing `action` on `stream` failed with `source`.
+    pub(crate) fn stream(stream: &str, action: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Stream {
+            stream: stream.to_owned(),
+            action: action.into(),
+            source: source.into(),
+        }
+    }
+
+    /// [`Error::IdentityIndex`]: doing `action` on the index failed with `source`.
+    pub(crate) fn index(action: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::IdentityIndex {
+            action: action.into(),
+            source: source.into(),
+        }
+    }
+
+    /// [`Error::TaskFailed`] for the blocking step `task`.
+    pub(crate) fn task(task: &'static str) -> impl FnOnce(tokio::task::JoinError) -> Self {
+        move |source| Self::TaskFailed { task, source }
+    }
 }
 
 /// Result with [`Error`] as the default error.

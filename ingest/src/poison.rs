@@ -36,11 +36,9 @@ pub fn advisory_subject(consumer: &str) -> String {
     format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{INBOUND}.{consumer}")
 }
 
-fn stream_error(stream: &str, e: &dyn std::fmt::Display) -> Error {
-    Error::Stream {
-        stream: stream.to_owned(),
-        reason: e.to_string(),
-    }
+/// The server's own error reply to an API request, as an error source.
+fn api_error(code: u16, description: Option<String>) -> crate::error::BoxError {
+    format!("server error {code}: {}", description.unwrap_or_default()).into()
 }
 
 /// Creates the advisory stream if it is missing and returns a consumer on it.
@@ -57,7 +55,7 @@ pub async fn advisory_consumer(
             ..Default::default()
         })
         .await
-        .map_err(|e| stream_error(ADVISORIES, &e))?;
+        .map_err(|e| Error::stream(ADVISORIES, "opening", e))?;
     stream
         .get_or_create_consumer(
             "ingest",
@@ -68,7 +66,7 @@ pub async fn advisory_consumer(
             },
         )
         .await
-        .map_err(|e| stream_error(ADVISORIES, &e))
+        .map_err(|e| Error::stream(ADVISORIES, "opening", e))
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,10 +91,10 @@ pub async fn take(
         .max_messages(max)
         .messages()
         .await
-        .map_err(|e| stream_error(ADVISORIES, &e))?;
+        .map_err(|e| Error::stream(ADVISORIES, "fetching advisories", e))?;
     let mut out = Vec::new();
     while let Some(advisory) = advisories.next().await {
-        let advisory = advisory.map_err(|e| stream_error(ADVISORIES, &e))?;
+        let advisory = advisory.map_err(|e| Error::stream(ADVISORIES, "reading an advisory", e))?;
         let Ok(parsed) = serde_json::from_slice::<Advisory>(&advisory.payload) else {
             tracing::warn!("unreadable max-deliveries advisory dropped");
             let _ = advisory.ack().await;
@@ -157,12 +155,16 @@ pub async fn get_raw(js: &jetstream::Context, stream: &str, seq: u64) -> Result<
             &serde_json::json!({ "seq": seq }),
         )
         .await
-        .map_err(|e| stream_error(stream, &e))?;
+        .map_err(|e| Error::stream(stream, format!("getting seq {seq}"), e))?;
     if let Some(error) = reply.error {
         if error.code == 404 {
             return Ok(None);
         }
-        return Err(stream_error(stream, &error.description.unwrap_or_default()));
+        return Err(Error::stream(
+            stream,
+            format!("getting seq {seq}"),
+            api_error(error.code, error.description),
+        ));
     }
     let Some(message) = reply.message else {
         return Ok(None);
@@ -170,7 +172,7 @@ pub async fn get_raw(js: &jetstream::Context, stream: &str, seq: u64) -> Result<
     let decode = |field: Option<String>| -> Result<Bytes> {
         let bytes = BASE64
             .decode(field.unwrap_or_default())
-            .map_err(|e| stream_error(stream, &e))?;
+            .map_err(|e| Error::stream(stream, format!("decoding seq {seq}"), e))?;
         Ok(Bytes::from(bytes))
     };
     Ok(Some(RawStored {
@@ -242,11 +244,13 @@ pub async fn delete(js: &jetstream::Context, seq: u64) -> Result<()> {
             &serde_json::json!({ "seq": seq, "no_erase": true }),
         )
         .await
-        .map_err(|e| stream_error(INBOUND, &e))?;
+        .map_err(|e| Error::stream(INBOUND, format!("deleting seq {seq}"), e))?;
     match reply.error {
-        Some(error) if error.code != 404 => {
-            Err(stream_error(INBOUND, &error.description.unwrap_or_default()))
-        }
+        Some(error) if error.code != 404 => Err(Error::stream(
+            INBOUND,
+            format!("deleting seq {seq}"),
+            api_error(error.code, error.description),
+        )),
         _ => Ok(()),
     }
 }

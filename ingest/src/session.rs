@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, AckKind, consumer::pull};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use toolledger_ledger::read_range;
+use toolledger_ledger::{OrderedReader, ReadSpec, read_range};
 use toolledger_merkle::NoteSigner;
 use toolledger_wire::LedgerEntry;
 use toolledger_wire::streams::{INBOUND, LEDGER};
@@ -157,9 +157,7 @@ pub async fn run(
             move || IdentityIndex::open(&path)
         })
         .await
-        .map_err(|e| Error::IdentityIndex {
-            reason: e.to_string(),
-        })??,
+        .map_err(Error::task("identity index open"))??,
     ));
     let stages = Arc::new(Stages::open(&settings)?);
     let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
@@ -201,41 +199,25 @@ pub async fn run(
 /// Teaches the scrubber every declaration already in the ledger, so fields a tool declares
 /// sensitive are scrubbed after a restart too.
 async fn learn_declarations(stages: &Stages, js: &jetstream::Context) -> Result<()> {
-    let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
-        stream: LEDGER.to_owned(),
-        reason: e.to_string(),
-    };
-    let filter = "atl.ledger.*.tool.declared";
-    let ledger = js.get_stream(LEDGER).await.map_err(|e| stream_error(&e))?;
-    let count: usize = ledger
-        .info_with_subjects(filter)
-        .await
-        .map_err(|e| stream_error(&e))?
-        .map(|subject| subject.map(|(_, n)| n).unwrap_or(0))
-        .fold(0, |total, n| async move { total + n })
-        .await;
-    if count == 0 {
+    let spec = ReadSpec::to_tail(1).subjects("atl.ledger.*.tool.declared");
+    let mut reader = OrderedReader::open(js, LEDGER, spec).await?;
+    let mut declarations = Vec::new();
+    loop {
+        let batch = reader.next_batch(512).await?;
+        if batch.is_empty() {
+            break;
+        }
+        declarations.extend(
+            batch
+                .iter()
+                .filter_map(|message| LedgerEntry::parse(&message.payload).ok())
+                .map(|entry| entry.event.into_json()),
+        );
+    }
+    if declarations.is_empty() {
         return Ok(());
     }
-    let consumer = ledger
-        .create_consumer(pull::OrderedConfig {
-            filter_subject: filter.to_owned(),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| stream_error(&e))?;
-    let mut messages = consumer
-        .messages()
-        .await
-        .map_err(|e| stream_error(&e))?
-        .take(count);
-    let mut declarations = Vec::with_capacity(count);
-    while let Some(message) = messages.next().await {
-        let message = message.map_err(|e| stream_error(&e))?;
-        if let Ok(entry) = LedgerEntry::parse(&message.payload) {
-            declarations.push(entry.event.into_json());
-        }
-    }
+    let count = declarations.len();
     let mut scrubber = stages.scrubber.lock().unwrap_or_else(PoisonError::into_inner);
     for event in &declarations {
         scrubber.observe(event);
@@ -258,10 +240,7 @@ impl Connector {
     async fn connect(&self) -> Result<jetstream::Context> {
         let client = toolledger_wire::connect::connect(&self.url, &self.name)
             .await
-            .map_err(|e| Error::Stream {
-                stream: "nats".to_owned(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| Error::stream("nats", "connecting", e))?;
         Ok(jetstream::new(client))
     }
 }
@@ -299,14 +278,10 @@ impl Session {
         metrics: &IngestMetrics,
     ) -> Result<Self> {
         let js = &connector.connect().await?;
-        let stream_error = |stream: &str, e: &dyn std::fmt::Display| Error::Stream {
-            stream: stream.to_owned(),
-            reason: e.to_string(),
-        };
         let leases = js
             .get_key_value(LEASE_BUCKET)
             .await
-            .map_err(|e| stream_error(LEASE_BUCKET, &e))?;
+            .map_err(|e| Error::stream(LEASE_BUCKET, "opening the bucket", e))?;
         let lease = Lease::acquire(
             &leases,
             "ledger",
@@ -337,7 +312,7 @@ impl Session {
         let inbound = js
             .get_stream(INBOUND)
             .await
-            .map_err(|e| stream_error(INBOUND, &e))?;
+            .map_err(|e| Error::stream(INBOUND, "opening", e))?;
         let consumer = inbound
             .get_or_create_consumer(
                 &settings.consumer,
@@ -353,7 +328,7 @@ impl Session {
                 },
             )
             .await
-            .map_err(|e| stream_error(INBOUND, &e))?;
+            .map_err(|e| Error::stream(INBOUND, format!("opening consumer {}", settings.consumer), e))?;
         let advisories = poison::advisory_consumer(js, &settings.consumer).await?;
         Ok(Self {
             js: js.clone(),
@@ -455,17 +430,15 @@ impl Session {
     /// crash sends some messages back through redelivery or, after `max_deliver`, the advisory
     /// stream. Held copies below the first sequence were already handled; they are acked and dropped.
     async fn contiguous_run(&mut self, held: &mut BTreeMap<u64, Item>, max: usize) -> Result<Vec<Item>> {
-        let mut inbound = self.js.get_stream(INBOUND).await.map_err(|e| Error::Stream {
-            stream: INBOUND.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let mut inbound = self
+            .js
+            .get_stream(INBOUND)
+            .await
+            .map_err(|e| Error::stream(INBOUND, "opening", e))?;
         let first = inbound
             .info()
             .await
-            .map_err(|e| Error::Stream {
-                stream: INBOUND.to_owned(),
-                reason: e.to_string(),
-            })?
+            .map_err(|e| Error::stream(INBOUND, "reading its state", e))?
             .state
             .first_sequence;
         let stale: Vec<u64> = held.range(..first).map(|(seq, _)| *seq).collect();
@@ -491,10 +464,6 @@ impl Session {
     }
 
     async fn fetch(&self, settings: &IngestSettings) -> Result<Vec<jetstream::Message>> {
-        let stream_error = |e: &dyn std::fmt::Display| Error::Stream {
-            stream: INBOUND.to_owned(),
-            reason: e.to_string(),
-        };
         let mut batch = self
             .consumer
             .fetch()
@@ -502,7 +471,7 @@ impl Session {
             .expires(settings.fetch_wait)
             .messages()
             .await
-            .map_err(|e| stream_error(&e))?;
+            .map_err(|e| Error::stream(INBOUND, "fetching", e))?;
         let mut messages = Vec::new();
         while let Some(message) = batch.next().await {
             match message {
@@ -535,9 +504,7 @@ impl Session {
             let stages = Arc::clone(&self.stages);
             tokio::task::spawn_blocking(move || pipeline::classify_batch(&originals, &index, &stages))
                 .await
-                .map_err(|e| Error::IdentityIndex {
-                    reason: e.to_string(),
-                })??
+                .map_err(Error::task("classify"))??
         };
 
         // Rejections first: their receipts take their place in the batch's order.
@@ -604,9 +571,7 @@ impl Session {
             let index = Arc::clone(index);
             tokio::task::spawn_blocking(move || lock(&index).record(&rows, last))
                 .await
-                .map_err(|e| Error::IdentityIndex {
-                    reason: e.to_string(),
-                })??;
+                .map_err(Error::task("identity index record"))??;
         }
         metrics.duplicates.inc_by(duplicates);
         // The uploads are copied and the ledger holds their refs; a crash before this line only
@@ -680,9 +645,7 @@ async fn drop_known_receipts(
         Ok(kept)
     })
     .await
-    .map_err(|e| Error::IdentityIndex {
-        reason: e.to_string(),
-    })?
+    .map_err(Error::task("identity index lookup"))?
 }
 
 /// Brings the identity index up to the ledger's tail, reading entries it has not indexed.
@@ -693,9 +656,7 @@ async fn catch_up_index(js: &jetstream::Context, index: &Arc<Mutex<IdentityIndex
         let index = Arc::clone(index);
         tokio::task::spawn_blocking(move || lock(&index).position())
             .await
-            .map_err(|e| Error::IdentityIndex {
-                reason: e.to_string(),
-            })??
+            .map_err(Error::task("identity index position"))??
     };
     if position < tail {
         tracing::info!(
@@ -711,9 +672,8 @@ async fn catch_up_index(js: &jetstream::Context, index: &Arc<Mutex<IdentityIndex
         position = tokio::task::spawn_blocking(move || {
             let mut rows = Vec::with_capacity(entries.len());
             for (seq, bytes) in &entries {
-                let entry = LedgerEntry::parse(bytes).map_err(|e| Error::IdentityIndex {
-                    reason: format!("ledger seq {seq} unreadable: {e}"),
-                })?;
+                let entry = LedgerEntry::parse(bytes)
+                    .map_err(|source| Error::IndexedEntryUnreadable { seq: *seq, source })?;
                 if let Some((key, digest)) = identity_of(&entry) {
                     rows.push((key, digest, *seq));
                 }
@@ -722,9 +682,7 @@ async fn catch_up_index(js: &jetstream::Context, index: &Arc<Mutex<IdentityIndex
             Ok::<u64, Error>(to)
         })
         .await
-        .map_err(|e| Error::IdentityIndex {
-            reason: e.to_string(),
-        })??;
+        .map_err(Error::task("identity index catch-up"))??;
     }
     Ok(())
 }

@@ -11,18 +11,11 @@ use toolledger_merkle::{Checkpoint, CompactRange, NoteSigner, Verifiers};
 use toolledger_projector::{RawEntry, Store};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::NatsFixture;
+pub use toolledger_testkit::entry_bytes;
 use toolledger_wire::streams::{self, CHECKPOINTS_SUBJECT, ContractSettings};
 
 /// The origin the test ledger's checkpoints name.
 pub const ORIGIN: &str = "toolledger/ATL_LEDGER";
-
-/// The canonical entry ingest would append for a structured CloudEvent.
-pub fn entry_bytes(event: &Value) -> Vec<u8> {
-    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
-        .unwrap()
-        .canonical_bytes()
-        .unwrap()
-}
 
 /// Generated sessions over three tenants, every class included.
 pub fn generated_events(seed: u64, sessions: usize) -> Vec<Value> {

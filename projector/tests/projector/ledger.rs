@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 use toolledger_projector::{Generations, Store};
 use toolledger_wire::streams::{LEDGER, LEDGER_SUBJECTS};
 
+pub use toolledger_testkit::{append_events as append, entry_bytes};
+
 /// Creates ATL_LEDGER as the contract has it (file storage, `atl.ledger.>`, no limits).
 pub async fn create_ledger(client: async_nats::Client) -> jetstream::Context {
     let js = jetstream::new(client);
@@ -23,14 +25,6 @@ pub async fn create_ledger(client: async_nats::Client) -> jetstream::Context {
     js
 }
 
-/// The canonical ledger entry bytes of a structured CloudEvent, as ingest would append them.
-pub fn entry_bytes(event: &Value) -> Vec<u8> {
-    toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
-        .unwrap()
-        .canonical_bytes()
-        .unwrap()
-}
-
 /// A `toolledger.quarantine.recorded` receipt, as ingest appends them under `_system`.
 pub fn quarantine_receipt(n: usize) -> Value {
     json!({
@@ -41,26 +35,6 @@ pub fn quarantine_receipt(n: usize) -> Value {
             "size_bytes": 120 + n, "tenant": "acme", "reason": "schema_violation",
             "detail": "/data/tool_id: 42 is not a string", "quarantined_at": "2026-05-08T09:00:01Z"}
     })
-}
-
-/// Appends events in order; returns the stream's last sequence.
-pub async fn append(js: &jetstream::Context, events: &[Value]) -> u64 {
-    let mut last = 0;
-    for chunk in events.chunks(256) {
-        let mut acks = Vec::with_capacity(chunk.len());
-        for event in chunk {
-            let subject = format!(
-                "atl.ledger.{}.{}",
-                event["tenant"].as_str().unwrap(),
-                event["type"].as_str().unwrap()
-            );
-            acks.push(js.publish(subject, entry_bytes(event).into()).await.unwrap());
-        }
-        for ack in acks {
-            last = ack.await.unwrap().sequence;
-        }
-    }
-    last
 }
 
 /// Waits until the current generation's database has applied `seq`; fails early if `runner` ends.
