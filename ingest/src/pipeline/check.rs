@@ -60,15 +60,12 @@ pub(crate) fn check(original: &Original, received: DateTime<Utc>) -> Result<Chec
     let source = decoded.event.source.clone();
     let tenant = decoded.tenant;
     let class = decoded.class;
-    let ledger = LedgerMetadata {
-        ingested_at: received,
-        origin: decoded.origin,
-        content_digest: None,
-        payload_refs: Vec::new(),
-        scrubbed_paths: Vec::new(),
-        trace_refs: decoded.trace_refs,
-        envelope_fields: decoded.envelope_fields,
-    };
+    let ledger = LedgerMetadata::received(
+        received,
+        decoded.origin,
+        decoded.trace_refs,
+        decoded.envelope_fields,
+    );
     let json = decoded.event.into_json();
     if let Err(error) = toolledger_schemas::validate_event(&json) {
         return Err(Rejection {

@@ -71,6 +71,27 @@ pub struct LedgerMetadata {
     pub envelope_fields: Option<Map<String, Value>>,
 }
 
+impl LedgerMetadata {
+    /// The metadata of an event as it arrives: what its envelope carried, no digest, payload refs or
+    /// scrubbed paths yet.
+    pub fn received(
+        ingested_at: DateTime<Utc>,
+        origin: Origin,
+        trace_refs: Option<Vec<Value>>,
+        envelope_fields: Option<Map<String, Value>>,
+    ) -> Self {
+        Self {
+            ingested_at,
+            origin,
+            content_digest: None,
+            payload_refs: Vec::new(),
+            scrubbed_paths: Vec::new(),
+            trace_refs,
+            envelope_fields,
+        }
+    }
+}
+
 fn write_time<S: Serializer>(time: &DateTime<Utc>, serializer: S) -> std::result::Result<S::Ok, S::Error> {
     serializer.serialize_str(&format_time(time))
 }
@@ -95,15 +116,12 @@ impl LedgerEntry {
     /// The entry for a decoded event, ingested at `ingested_at`, with no payload refs or scrubbed paths yet.
     pub fn new(decoded: DecodedEvent, ingested_at: DateTime<Utc>) -> Self {
         Self {
-            ledger: LedgerMetadata {
+            ledger: LedgerMetadata::received(
                 ingested_at,
-                origin: decoded.origin,
-                content_digest: None,
-                payload_refs: Vec::new(),
-                scrubbed_paths: Vec::new(),
-                trace_refs: decoded.trace_refs,
-                envelope_fields: decoded.envelope_fields,
-            },
+                decoded.origin,
+                decoded.trace_refs,
+                decoded.envelope_fields,
+            ),
             event: decoded.event,
         }
     }

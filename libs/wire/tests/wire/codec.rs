@@ -10,22 +10,15 @@ use proptest::prelude::*;
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 use toolledger_schemas::EventClass;
+use toolledger_wire::event::ATTRIBUTES;
 use toolledger_wire::subject::inbound_subject;
 use toolledger_wire::{Event, ExtensionValue, Mode, Tenant, binding, decode, ijson, jcs};
 
 use super::TENANT;
 
-/// CloudEvents attribute names and the contract's extensions, which generated extensions avoid.
-const RESERVED: &[&str] = &[
-    "specversion",
-    "id",
-    "type",
-    "source",
-    "datacontenttype",
-    "dataschema",
-    "subject",
-    "time",
-    "data",
+/// The contract's extensions, which generated extensions avoid (as they avoid the CloudEvents
+/// attributes and `data`).
+const CONTRACT_EXTENSIONS: &[&str] = &[
     "tenant",
     "sessionid",
     "invocationid",
@@ -33,6 +26,10 @@ const RESERVED: &[&str] = &[
     "traceparent",
     "tracestate",
 ];
+
+fn reserved(name: &str) -> bool {
+    name == "data" || ATTRIBUTES.contains(&name) || CONTRACT_EXTENSIONS.contains(&name)
+}
 
 fn json_leaf() -> impl Strategy<Value = Value> {
     prop_oneof![
@@ -101,7 +98,7 @@ prop_compose! {
         event.time = time;
         if let Some(session) = session { event.set_extension("sessionid", session.as_str()); }
         for (name, value) in extensions {
-            if !RESERVED.contains(&name.as_str()) { event.extensions.insert(name, value); }
+            if !reserved(&name) { event.extensions.insert(name, value); }
         }
         if let Some(data) = data {
             event.datacontenttype = content_type.map(str::to_owned);
