@@ -209,14 +209,14 @@ pub async fn rebuild(options: &Options) -> anyhow::Result<Section> {
 /// Why the rebuild target is missed and what would close it (see the section's figures).
 const REBUILD_MISS: &str = "reading is not the cost — the NATS read alone runs at tens of times the \
     rebuild's rate, and the projector's apply without NATS is no faster than the rebuild — the apply is: \
-    it is CPU-bound at a few hundred µs per entry. A profile (perf, 10k entries) puts about a third of it \
-    inside SQLite and the rest in JSON work in Rust: every invocation event loads its invocation's row, \
-    parses the JSON snapshot and state track, steps the state machine, re-serializes them and rewrites the \
-    whole row with INSERT OR REPLACE (a delete and an insert in every index of `invocations`), besides the \
-    event row and its typed records. What would close it: keep a batch's invocation rows in memory and \
-    write each once per batch (an invocation's events arrive together), UPDATE in place instead of \
-    REPLACE, build secondary indexes once at the end of a rebuild, and decode entries on the second core \
-    while the writer applies.";
+    it is CPU-bound on one core. The invocation fold now writes each changed invocation once per batch and \
+    the entry is parsed once into typed attributes (no JSON copy of it is taken apart any more); a profile \
+    (perf, the projector's apply_bench example) puts about 40 % of what is left inside SQLite (statement \
+    steps and the commit), about 16 % in the entry parse and the rest in building rows: the event row and \
+    every typed record (hooks, results, decisions, transitions) are still written per event with INSERT OR \
+    REPLACE, into tables whose secondary indexes are maintained row by row. What would close it: batch \
+    those writes too, build secondary indexes once at the end of a rebuild, and decode entries on the \
+    second core while the writer applies.";
 
 fn apply_only(path: &std::path::Path, entries: &[PendingEntry], batch: usize) -> anyhow::Result<()> {
     let mut store = toolledger_projector::Store::open(path, Default::default())?;
