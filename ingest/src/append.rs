@@ -19,6 +19,7 @@
 //! entry's canonical bytes.
 
 use std::time::Duration;
+use toolledger_core::telemetry::ErrorChain;
 
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
 use bytes::Bytes;
@@ -97,7 +98,7 @@ impl Appender {
                 }
                 Err(error) => {
                     attempt += 1;
-                    tracing::warn!(%error, attempt, last_seq = self.last_seq, "append failed; reconciling");
+                    tracing::warn!(error = %ErrorChain(&error), attempt, last_seq = self.last_seq, "append failed; reconciling");
                     let landed = match self.reconcile(rest).await {
                         Ok(landed) => landed,
                         Err(foreign @ Error::ForeignAppend { .. }) => return Err(foreign),

@@ -22,6 +22,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use toolledger_core::telemetry::ErrorChain;
 
 use async_nats::jetstream::{self, AckKind, consumer::pull};
 use chrono::{DateTime, Utc};
@@ -183,8 +184,9 @@ pub async fn run(
             Ok(()) => return Ok(()),
             Err(error) => {
                 failures += 1;
-                health.failing("ingest", error.to_string());
-                tracing::error!(%error, failures, "ingest session failed; starting over");
+                let chain = ErrorChain(&error).to_string();
+                tracing::error!(error = %chain, failures, "ingest session failed; starting over");
+                health.failing("ingest", chain);
                 let pause = Duration::from_millis(200 * u64::from(failures.min(10)));
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {},
@@ -477,7 +479,9 @@ impl Session {
             match message {
                 Ok(message) => messages.push(message),
                 // A message the client could not parse; JetStream redelivers it until max_deliver.
-                Err(error) => tracing::warn!(%error, "inbound message could not be read"),
+                Err(error) => {
+                    tracing::warn!(error = %ErrorChain(&*error), "inbound message could not be read")
+                }
             }
         }
         Ok(messages)

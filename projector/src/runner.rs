@@ -18,6 +18,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicI64;
 use std::time::{Duration, Instant};
+use toolledger_core::telemetry::ErrorChain;
 
 use async_nats::jetstream;
 use prometheus_client::metrics::gauge::Gauge;
@@ -335,7 +336,7 @@ pub async fn run(
             // The ledger is unreachable or not created yet: a service waits for it. SQLite errors
             // and gaps stay fatal.
             Err(error @ Error::Ledger { .. }) => {
-                tracing::warn!(%error, "cannot read the ledger; retrying in 1s");
+                tracing::warn!(error = %ErrorChain(&error), "cannot read the ledger; retrying in 1s");
                 if let Some(telemetry) = &options.telemetry {
                     telemetry.health().failing("projector", error.to_string());
                 }

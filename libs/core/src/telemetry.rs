@@ -28,6 +28,37 @@ use tracing_subscriber::EnvFilter;
 use crate::config::{LogFormat, TelemetryConfig};
 use crate::{Error, Result};
 
+/// An error and its causes on one line, `outer: cause: root cause`: how an error is logged or shown
+/// on the health board, since `Display` alone prints only the outermost message and errors keep
+/// their cause as a `#[source]`.
+///
+/// ```
+/// # use toolledger_core::telemetry::ErrorChain;
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("stream ATL_INBOUND: fetching")]
+/// struct Fetch(#[source] std::io::Error);
+/// let error = Fetch(std::io::Error::other("connection refused"));
+/// assert_eq!(ErrorChain(&error).to_string(), "stream ATL_INBOUND: fetching: connection refused");
+/// ```
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut line = self.0.to_string();
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            // Some messages already end with their cause's text; it is not repeated.
+            if !line.ends_with(&text) {
+                line.push_str(": ");
+                line.push_str(&text);
+            }
+            source = cause.source();
+        }
+        f.write_str(&line)
+    }
+}
+
 /// Sets up the global `tracing` subscriber once. Later calls (tests run many services in one process)
 /// keep the first subscriber and return `Ok`.
 pub fn init_tracing(config: &TelemetryConfig) -> Result<()> {

@@ -24,6 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
+use toolledger_core::telemetry::ErrorChain;
 
 use async_nats::jetstream;
 use chrono::{DateTime, Utc};
@@ -508,7 +509,10 @@ pub async fn retention_loop(
                         let erased: usize = runs.iter().map(|r| r.outcome.deleted.len()).sum();
                         tracing::debug!(tenants = runs.len(), erased, "retention ran");
                     }
-                    Err(error) => tracing::warn!(%error, "retention run failed; retrying at the next interval"),
+                    Err(error) => tracing::warn!(
+                        error = %ErrorChain(&error),
+                        "retention run failed; retrying at the next interval"
+                    ),
                 }
             }
         }

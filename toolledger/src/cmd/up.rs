@@ -13,6 +13,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use toolledger_core::telemetry::ErrorChain;
 
 use anyhow::Context;
 use toolledger_core::config::Config;
@@ -202,13 +203,13 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     let _ = projector_stop.send(());
     match tokio::time::timeout(std::time::Duration::from_secs(30), ingest).await {
         Ok(Ok(Ok(()))) => say("ingest stopped"),
-        Ok(Ok(Err(error))) => tracing::error!(%error, "ingest ended with an error"),
+        Ok(Ok(Err(error))) => tracing::error!(error = %ErrorChain(&error), "ingest ended with an error"),
         Ok(Err(error)) => tracing::error!(%error, "ingest task failed"),
         Err(_) => tracing::error!("ingest did not stop within 30 s"),
     }
     match tokio::time::timeout(std::time::Duration::from_secs(30), projector).await {
         Ok(Ok(Ok(_))) => say("projector stopped"),
-        Ok(Ok(Err(error))) => tracing::error!(%error, "projector ended with an error"),
+        Ok(Ok(Err(error))) => tracing::error!(error = %ErrorChain(&error), "projector ended with an error"),
         Ok(Err(error)) => tracing::error!(%error, "projector task failed"),
         Err(_) => tracing::error!("projector did not stop within 30 s"),
     }
