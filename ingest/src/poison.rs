@@ -17,10 +17,6 @@
 use async_nats::HeaderMap;
 use async_nats::header::{HeaderName, HeaderValue};
 use async_nats::jetstream::{self, consumer::pull, stream};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
-use bytes::Bytes;
-use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::Deserialize;
 use toolledger_wire::streams::INBOUND;
@@ -111,82 +107,14 @@ pub async fn take(
 }
 
 #[derive(Debug, Deserialize)]
-struct RawReply {
-    message: Option<RawMessage>,
-    error: Option<ApiError>,
-}
-
-#[derive(Debug, Deserialize)]
 struct ApiError {
     code: u16,
     description: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-struct RawMessage {
-    subject: String,
-    seq: u64,
-    hdrs: Option<String>,
-    data: Option<String>,
-    time: DateTime<Utc>,
-}
-
-/// A stored message exactly as the stream holds it.
-#[derive(Debug, Clone)]
-pub struct RawStored {
-    /// Its subject.
-    pub subject: String,
-    /// Its stream sequence.
-    pub seq: u64,
-    /// The raw `NATS/1.0` header block, empty when it had none.
-    pub headers: Bytes,
-    /// Its payload.
-    pub payload: Bytes,
-    /// When the stream stored it.
-    pub time: DateTime<Utc>,
-}
-
-/// `$JS.API.STREAM.MSG.GET`: message `seq` of `stream` as base64 JSON, never parsed as NATS
-/// headers, so any stored bytes can be read. `None` when there is no such message.
-pub async fn get_raw(js: &jetstream::Context, stream: &str, seq: u64) -> Result<Option<RawStored>> {
-    let reply: RawReply = js
-        .request(
-            format!("STREAM.MSG.GET.{stream}"),
-            &serde_json::json!({ "seq": seq }),
-        )
-        .await
-        .map_err(|e| Error::stream(stream, format!("getting seq {seq}"), e))?;
-    if let Some(error) = reply.error {
-        if error.code == 404 {
-            return Ok(None);
-        }
-        return Err(Error::stream(
-            stream,
-            format!("getting seq {seq}"),
-            api_error(error.code, error.description),
-        ));
-    }
-    let Some(message) = reply.message else {
-        return Ok(None);
-    };
-    let decode = |field: Option<String>| -> Result<Bytes> {
-        let bytes = BASE64
-            .decode(field.unwrap_or_default())
-            .map_err(|e| Error::stream(stream, format!("decoding seq {seq}"), e))?;
-        Ok(Bytes::from(bytes))
-    };
-    Ok(Some(RawStored {
-        subject: message.subject,
-        seq: message.seq,
-        headers: decode(message.hdrs)?,
-        payload: decode(message.data)?,
-        time: message.time,
-    }))
-}
-
 /// An exhausted inbound message, its headers parsed only when they parse cleanly.
 async fn raw_get(js: &jetstream::Context, seq: u64) -> Result<Option<Original>> {
-    let Some(stored) = get_raw(js, INBOUND, seq).await? else {
+    let Some(stored) = toolledger_ledger::stored_message(js, INBOUND, seq).await? else {
         return Ok(None);
     };
     let raw = stored.headers;

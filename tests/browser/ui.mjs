@@ -68,6 +68,13 @@ const requests = [];
 page.on('request', (r) => requests.push({ url: r.url(), auth: r.headers().authorization || null }));
 
 const ready = () => page.waitForSelector('body[data-ready]', { timeout: 30000 });
+// Clicks a link to another page and waits for that page: `data-ready` holds the hash it was drawn
+// for, and until the hashchange handler runs the old page's value is still there.
+async function navigate(selector) {
+  const before = await page.getAttribute('body', 'data-ready');
+  await page.click(selector);
+  await page.waitForFunction((b) => document.body.dataset.ready && document.body.dataset.ready !== b, before, { timeout: 30000 });
+}
 async function go(hash) {
   await page.evaluate((h) => { location.hash = h; }, hash);
   await ready();
@@ -129,8 +136,7 @@ try {
   // The session of the tenant with the most invocations that holds a permission decision.
   const mine = sessions.filter((s) => s.tenant === tenant).sort((a, b) => b.invocation_count - a.invocation_count)[0];
   await go('#/sessions');
-  await page.click(`tr[data-session="${mine.session_id}"] a[data-test=session-link]`);
-  await ready();
+  await navigate(`tr[data-session="${mine.session_id}"] a[data-test=session-link]`);
   const timeline = await api(`/v1/sessions/${mine.session_id}`, { tenant, limit: 1000 });
   const replayed = await api(`/v1/sessions/${mine.session_id}/replay`, { tenant, speed: 0 });
   check(await page.textContent('[data-test=session-id]') === mine.session_id, 'session page opened from the list');
@@ -165,8 +171,7 @@ try {
     if (r.permission_decisions.length && r.mutations.length && r.timeline.length >= 5) { chosen = r; break; }
     if (!chosen && r.permission_decisions.length) chosen = r;
   }
-  await page.click(`table[data-test=invocations] a[data-test=invocation-link]:text-is("${chosen.invocation_id}")`);
-  await ready();
+  await navigate(`table[data-test=invocations] a[data-test=invocation-link]:text-is("${chosen.invocation_id}")`);
   check(await page.textContent('[data-test=invocation-id]') === chosen.invocation_id, 'invocation page opened from the session');
   const seqs = await page.$$eval('table[data-test=invocation-events] tbody tr', (trs) => trs.map((tr) => Number(tr.dataset.seq)));
   check(JSON.stringify(seqs) === JSON.stringify(chosen.timeline.map((e) => e.seq)), `its ${seqs.length} events in ledger order`);
@@ -178,8 +183,7 @@ try {
   await shot('invocation');
 
   // Its verification, step by step.
-  await page.click('[data-test=verify-link]');
-  await ready();
+  await navigate('[data-test=verify-link]');
   await page.waitForSelector('[data-test=verify-status] [data-test=verified-badge]:not([data-verified=pending])', { timeout: 60000 });
   check(await page.getAttribute('[data-test=verify-status] [data-test=verified-badge]', 'data-verified') === 'true', 'verification page: verified');
   check((await page.$$('table[data-test=verify-steps] td.step-ok')).length === chosen.timeline.length * 5, 'five steps passed for every entry');
@@ -188,8 +192,7 @@ try {
   await shot('verification');
 
   // Tools and their charts.
-  await page.click('#nav a[data-nav=tools]');
-  await ready();
+  await navigate('#nav a[data-nav=tools]');
   const tools = (await api('/v1/tools')).tools;
   check((await page.$$('table[data-test=tools] tbody tr')).length === tools.length, `catalog lists all ${tools.length} tools`);
   check(await page.textContent('[data-test=tool-count]') === String(tools.length), 'tool count matches the API');

@@ -42,11 +42,7 @@ async fn feed(js: jetstream::Context, signer: NoteSigner, events: Vec<Value>, pa
     for chunk in events.chunks(60) {
         let mut acks = Vec::new();
         for event in chunk {
-            let subject = format!(
-                "atl.ledger.{}.{}",
-                event["tenant"].as_str().unwrap(),
-                event["type"].as_str().unwrap()
-            );
+            let subject = toolledger_testkit::ledger_subject(event);
             let bytes = entry_bytes(event);
             tree.append(toolledger_merkle::leaf_hash(&bytes));
             acks.push(js.publish(subject, bytes.into()).await.unwrap());

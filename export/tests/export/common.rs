@@ -72,11 +72,7 @@ impl TestLedger {
         for chunk in events.chunks(every.max(1)) {
             let mut acks = Vec::new();
             for event in chunk {
-                let subject = format!(
-                    "atl.ledger.{}.{}",
-                    event["tenant"].as_str().unwrap(),
-                    event["type"].as_str().unwrap()
-                );
+                let subject = toolledger_testkit::ledger_subject(event);
                 let bytes = entry_bytes(event);
                 self.tree.append(toolledger_merkle::leaf_hash(&bytes));
                 acks.push((

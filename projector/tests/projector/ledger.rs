@@ -2,26 +2,16 @@
 
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream;
 use serde_json::{Value, json};
 use toolledger_projector::{Generations, Store};
-use toolledger_wire::streams::{LEDGER, LEDGER_SUBJECTS};
 
 pub use toolledger_testkit::{append_events as append, entry_bytes};
 
-/// Creates ATL_LEDGER as the contract has it (file storage, `atl.ledger.>`, no limits).
+/// Creates ATL_LEDGER as the contract has it; returns the JetStream context.
 pub async fn create_ledger(client: async_nats::Client) -> jetstream::Context {
     let js = jetstream::new(client);
-    js.create_stream(stream::Config {
-        name: LEDGER.to_owned(),
-        subjects: vec![LEDGER_SUBJECTS.to_owned()],
-        storage: stream::StorageType::File,
-        deny_delete: true,
-        deny_purge: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    toolledger_testkit::create_ledger(&js).await;
     js
 }
 

@@ -27,6 +27,15 @@ pub fn entry_bytes_with_refs(event: &Value, payload_refs: Value) -> Vec<u8> {
     entry.canonical_bytes().expect("canonical bytes")
 }
 
+/// Creates ATL_LEDGER as `toolledger init` would (file storage, `atl.ledger.>`, no limits, no
+/// delete or purge).
+pub async fn create_ledger(js: &jetstream::Context) {
+    let settings = toolledger_wire::streams::ContractSettings::default();
+    js.create_stream(toolledger_wire::streams::ledger_config(&settings))
+        .await
+        .expect("create ATL_LEDGER");
+}
+
 /// `atl.ledger.<tenant>.<type>` of a structured CloudEvent.
 pub fn ledger_subject(event: &Value) -> String {
     format!(

@@ -26,7 +26,9 @@ mod s3;
 
 pub use cluster::{CLUSTER_SIZE, NatsCluster};
 pub use http::{HttpResponse, http_get};
-pub use ledger::{append_events, entry_bytes, entry_bytes_with_refs, generated, ledger_subject};
+pub use ledger::{
+    append_events, create_ledger, entry_bytes, entry_bytes_with_refs, generated, ledger_subject,
+};
 pub use nats::{NatsFixture, nats_server_bin, python, workspace_root};
 pub use process::ChildProcess;
 pub use s3::{S3Fixture, moto_server_bin};
