@@ -163,18 +163,9 @@ async fn read_entry(
         .await
         .map_err(|e| unreadable(e.to_string()))?;
     let entry = LedgerEntry::parse(&message.payload).map_err(|e| unreadable(e.to_string()))?;
-    let leaf = toolledger_wire::entry::hex(&toolledger_merkle_leaf(&message.payload));
+    let leaf = toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(&message.payload));
     let event = entry.event.into_json();
     Ok((leaf, event))
-}
-
-/// `SHA-256(0x00 || bytes)`, the RFC 6962 leaf hash.
-fn toolledger_merkle_leaf(bytes: &[u8]) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    let mut hash = Sha256::new();
-    hash.update([0]);
-    hash.update(bytes);
-    hash.finalize().into()
 }
 
 /// The subject prefix replays of `tenant` are re-published under, checked: `atl.replay.<tenant>`
