@@ -296,9 +296,15 @@ pub struct InputContract {
     /// Examples for model grounding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub examples: Option<Vec<Value>>,
-    /// Fields to redact (property names or JSON Pointers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sensitive_fields: Option<Vec<String>>,
+    /// Fields to redact: the ledger reads an array of property names or JSON Pointers (ingest's
+    /// scrubber, ignoring entries that are not strings). Open like the official schema leaves it, so
+    /// any value — `null` included — is kept as it came.
+    #[serde(
+        default,
+        deserialize_with = "super::present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub sensitive_fields: Option<Value>,
     /// Fields that must not be model-generated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub internal_only_fields: Option<Vec<String>>,
