@@ -11,8 +11,11 @@
 //! and on start the index catches up from its position to the ledger's tail, so a crash between an
 //! append and the index update loses nothing. Deleting the file rebuilds it from the ledger.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::rc::Rc;
 
+use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
@@ -60,6 +63,8 @@ impl IdentityIndex {
                 .map_err(|e| Error::index(format!("creating {}", dir.display()), e))?;
         }
         let conn = Connection::open(path).map_err(sql("open"))?;
+        // `rarray(?)`: a whole batch's keys bound as one parameter, looked up in one query.
+        rusqlite::vtab::array::load_module(&conn).map_err(sql("array module"))?;
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
@@ -108,6 +113,37 @@ impl IdentityIndex {
                 })
             })
             .transpose()
+    }
+
+    /// What is recorded for each of `keys` that is recorded at all, in one query.
+    pub fn lookup_many(&self, keys: &[IdentityKey]) -> Result<HashMap<IdentityKey, Recorded>> {
+        let mut found = HashMap::new();
+        if keys.is_empty() {
+            return Ok(found);
+        }
+        let values: Vec<Value> = keys.iter().map(|key| Value::Blob(key.0.to_vec())).collect();
+        let mut query = self
+            .conn
+            .prepare_cached("SELECT key, digest, seq FROM identities WHERE key IN rarray(?1)")
+            .map_err(sql("lookup"))?;
+        let mut rows = query.query(params![Rc::new(values)]).map_err(sql("lookup"))?;
+        while let Some(row) = rows.next().map_err(sql("lookup"))? {
+            let key: Vec<u8> = row.get(0).map_err(sql("lookup"))?;
+            let digest: Vec<u8> = row.get(1).map_err(sql("lookup"))?;
+            let seq: i64 = row.get(2).map_err(sql("lookup"))?;
+            let key = <[u8; 32]>::try_from(key.as_slice())
+                .map_err(|e| Error::index("reading a stored key (not 32 bytes)", e))?;
+            let digest = <[u8; 32]>::try_from(digest.as_slice())
+                .map_err(|e| Error::index("reading a stored digest (not 32 bytes)", e))?;
+            found.insert(
+                IdentityKey(key),
+                Recorded {
+                    digest,
+                    seq: u64::try_from(seq).unwrap_or(0),
+                },
+            );
+        }
+        Ok(found)
     }
 
     /// Records `entries` (key, digest, seq) and moves the position to `position`, in one transaction.
@@ -171,6 +207,10 @@ mod tests {
             })
         );
         assert_eq!(index.position().unwrap(), 9);
+        let other = IdentityKey::new("acme", "src", "2");
+        let many = index.lookup_many(&[other, key, key]).unwrap();
+        assert_eq!(many.len(), 1, "only recorded keys come back, each once");
+        assert_eq!(many[&key].digest, [1; 32]);
         drop(index);
         let index = IdentityIndex::open(&dir.path().join("ids.sqlite")).unwrap();
         assert_eq!(index.position().unwrap(), 9, "position survives reopening");

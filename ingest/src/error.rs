@@ -84,6 +84,13 @@ pub enum Error {
         #[source]
         source: tokio::task::JoinError,
     },
+    /// Ingest stopped moving: a step took longer than the stall limit, or the inbound consumer could
+    /// not be read. The session starts over on a fresh connection.
+    #[error("ingest stalled: {what}")]
+    Stalled {
+        /// What did not move, and for how long.
+        what: String,
+    },
     /// A rejected message could not be written to ATL_QUARANTINE; it stays unacked and comes back.
     #[error("quarantine of inbound seq {inbound_seq}: {reason}")]
     Quarantine {

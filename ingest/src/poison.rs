@@ -112,11 +112,21 @@ struct ApiError {
     description: Option<String>,
 }
 
-/// An exhausted inbound message, its headers parsed only when they parse cleanly.
-async fn raw_get(js: &jetstream::Context, seq: u64) -> Result<Option<Original>> {
-    let Some(stored) = toolledger_ledger::stored_message(js, INBOUND, seq).await? else {
-        return Ok(None);
-    };
+/// Inbound message `seq` read raw, its headers parsed only when they parse cleanly.
+pub(crate) async fn raw_get(js: &jetstream::Context, seq: u64) -> Result<Option<Original>> {
+    Ok(toolledger_ledger::stored_message(js, INBOUND, seq)
+        .await?
+        .map(original_of_stored))
+}
+
+/// The first inbound message at or after `seq`, read raw like [`raw_get`].
+pub(crate) async fn raw_next(js: &jetstream::Context, seq: u64) -> Result<Option<Original>> {
+    Ok(toolledger_ledger::next_stored_message(js, INBOUND, seq)
+        .await?
+        .map(original_of_stored))
+}
+
+fn original_of_stored(stored: toolledger_ledger::StoredMessage) -> Original {
     let raw = stored.headers;
     let (headers, raw_headers) = if raw.is_empty() {
         (None, None)
@@ -126,14 +136,14 @@ async fn raw_get(js: &jetstream::Context, seq: u64) -> Result<Option<Original>> 
             None => (None, Some(raw)),
         }
     };
-    Ok(Some(Original {
+    Original {
         subject: stored.subject,
         headers,
         raw_headers,
         payload: stored.payload,
         inbound_seq: stored.seq,
         published: stored.time,
-    }))
+    }
 }
 
 /// Parses a `NATS/1.0` header block strictly: UTF-8, CRLF line ends only, no control characters in

@@ -2,15 +2,16 @@
 //!
 //! ```text
 //! acquire lease ─▶ open appender at the ledger tail ─▶ catch the identity index up to the tail
-//!   ─▶ loop: fetch ≤ batch from ATL_INBOUND
-//!            ├─ pipeline::classify_batch (blocking thread): decode ▸ validate ▸ scrub ▸ seal ▸ dedupe
-//!            ├─ pipeline::offload for entries whose payloads move; rejects: original ─▶ ATL_QUARANTINE,
-//!            │  receipt ─▶ batch
-//!            ├─ append the batch (entries and receipts, in inbound order), grow the Merkle tree;
-//!            │  sign a checkpoint every N entries or T seconds
-//!            ├─ index the new identities with the new position (one transaction)
-//!            └─ ack every inbound message of the batch; renew the lease when due
-//!   ─▶ on shutdown: finish the batch, release the lease
+//!   ─▶ two stages, one batch apart (see `Session`):
+//!      front: fetch ≤ batch from ATL_INBOUND (own connection) ▸ hold in inbound order ▸ read
+//!             missing deliveries raw ▸ pipeline::classify_batch (decode ▸ validate ▸ scrub ▸ seal ▸
+//!             dedupe against the index and the batches in flight) ──▶ channel of one batch
+//!      back:  pipeline::offload for entries whose payloads move; rejects: original ─▶ ATL_QUARANTINE,
+//!             receipt ─▶ batch ▸ append (entries and receipts, in inbound order), grow the Merkle
+//!             tree, sign a checkpoint every N entries or T seconds ▸ index the new identities (one
+//!             transaction) ▸ ack (or delete) every inbound message of the batch; renew the lease
+//!      watch: inbound lag every second; a stage stuck past `stall_after` ends the session
+//!   ─▶ on shutdown: finish the batches in hand, sign, release the lease
 //! ```
 //!
 //! An inbound message is acked only after the ledger (or the quarantine and the ledger's receipt)
@@ -20,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use toolledger_core::telemetry::ErrorChain;
@@ -38,7 +40,7 @@ use crate::dedupe::{IdentityIndex, IdentityKey};
 use crate::lease::{LEASE_BUCKET, Lease};
 use crate::metrics::IngestMetrics;
 use crate::payload::{OffloadConfig, UploadCollector};
-use crate::pipeline::{self, Offloaded, Stages, Verdict};
+use crate::pipeline::{self, InFlight, Offloaded, Stages, Verdict};
 use crate::poison;
 use crate::quarantine::{self, Original};
 use crate::scrub::ScrubConfig;
@@ -82,6 +84,9 @@ pub struct IngestSettings {
     pub key_file: PathBuf,
     /// The largest producer upload copied in from `ATL_PAYLOADS_<tenant>`; larger ones are refused.
     pub max_upload_bytes: u64,
+    /// How long a stage may be at one step (a fetch, a batch's append) before the session is taken
+    /// for stalled and started over on fresh connections.
+    pub stall_after: Duration,
 }
 
 impl IngestSettings {
@@ -110,6 +115,7 @@ impl IngestSettings {
             tiles: data_dir.join("tiles").display().to_string(),
             key_file: data_dir.join("keys/checkpoint.key"),
             max_upload_bytes: 256 * 1024 * 1024,
+            stall_after: Duration::from_secs(10),
         }
     }
 }
@@ -143,8 +149,17 @@ fn absolute(path: &std::path::Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
+/// How long a session may take to finish after shutdown is asked for before it is abandoned (its
+/// unacked messages come back to the next ingest; the lease lapses on its own).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
+/// How long a fetch may overrun its own expiry before the inbound connection is taken for dead.
+const FETCH_GRACE: Duration = Duration::from_millis(500);
+/// How often the back stage looks at the lease and the checkpoint clock while no batch comes.
+const TICK: Duration = Duration::from_millis(100);
+
 /// Runs ingest until `shutdown` completes, starting over after any failure. On shutdown the batch
-/// in hand is finished and the lease released, so another ingest can take over at once.
+/// in hand is finished and the lease released, so another ingest can take over at once; a session
+/// that cannot finish within [`SHUTDOWN_GRACE`] is abandoned.
 pub async fn run(
     connector: Connector,
     settings: IngestSettings,
@@ -161,6 +176,7 @@ pub async fn run(
         .map_err(Error::task("identity index open"))??,
     ));
     let stages = Arc::new(Stages::open(&settings)?);
+    let in_flight = Arc::new(InFlight::default());
     let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -174,9 +190,27 @@ pub async fn run(
         };
         let outcome = match session {
             Ok(session) => {
-                session
-                    .run(&settings, &index, &metrics, &health, stop.clone())
-                    .await
+                in_flight.clear();
+                let shared = Shared {
+                    settings: &settings,
+                    index: &index,
+                    in_flight: &in_flight,
+                    metrics: &metrics,
+                    health: &health,
+                    beats: &Beats::new(),
+                };
+                let mut running = std::pin::pin!(session.run(shared, stop.clone()));
+                let mut asked = stop.clone();
+                tokio::select! {
+                    outcome = &mut running => outcome,
+                    () = async {
+                        let _ = asked.wait_for(|stop| *stop).await;
+                        tokio::time::sleep(SHUTDOWN_GRACE).await;
+                    } => {
+                        tracing::warn!(grace = ?SHUTDOWN_GRACE, "ingest did not finish its batch in time; stopping without it");
+                        return Ok(());
+                    }
+                }
             }
             Err(error) => Err(error),
         };
@@ -228,8 +262,10 @@ async fn learn_declarations(stages: &Stages, js: &jetstream::Context) -> Result<
     Ok(())
 }
 
-/// How ingest reaches NATS. Every session connects afresh: a message with a bare CR in a header
-/// panics the client's connection task, and a new session must not inherit a dead client.
+/// How ingest reaches NATS. Every session connects afresh, and the inbound deliveries come over a
+/// connection of their own: a message with a bare CR in a header panics the client's connection
+/// task (and invalid UTF-8 drops the connection), so only that connection dies, and it is replaced
+/// in milliseconds without ending the session (see [`Inbound`]).
 #[derive(Debug, Clone)]
 pub struct Connector {
     /// The server URL.
@@ -240,22 +276,65 @@ pub struct Connector {
 
 impl Connector {
     async fn connect(&self) -> Result<jetstream::Context> {
-        let client = toolledger_wire::connect::connect(&self.url, &self.name)
+        self.connect_named(&self.name).await
+    }
+
+    async fn connect_named(&self, name: &str) -> Result<jetstream::Context> {
+        let client = toolledger_wire::connect::connect(&self.url, name)
             .await
             .map_err(|e| Error::stream("nats", "connecting", e))?;
         Ok(jetstream::new(client))
     }
 }
 
-/// One lease-holding run of the loop.
+/// What both stages of a session share.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    settings: &'a IngestSettings,
+    index: &'a Arc<Mutex<IdentityIndex>>,
+    in_flight: &'a Arc<InFlight>,
+    metrics: &'a IngestMetrics,
+    health: &'a toolledger_core::telemetry::Health,
+    beats: &'a Beats,
+}
+
+/// One lease-holding run: two stages and a monitor.
+///
+/// ```text
+///  front: advisories ▸ fetch ▸ hold in inbound order ▸ fill gaps raw ▸ classify ─┐ channel of 1
+///  back:                     ◀─ offload ▸ quarantine ▸ append ▸ checkpoint ▸ index ▸ ack ─┘
+///  monitor: inbound lag every second; ends the session when a stage stalls
+/// ```
+///
+/// The front classifies batch N+1 while the back appends batch N: at most three batches are past
+/// the fetch at once (one being classified, one waiting in the channel, one being appended), so the
+/// consumer's `max_ack_pending` of eight batches keeps deliveries coming meanwhile.
 struct Session {
+    front: Front,
+    back: Back,
+    monitor: jetstream::consumer::Consumer<pull::Config>,
+}
+
+/// The first stage: ATL_INBOUND in inbound order, classified.
+struct Front {
+    js: jetstream::Context,
+    stages: Arc<Stages>,
+    inbound: Inbound,
+    advisories: jetstream::consumer::PullConsumer,
+    /// Inbound messages in hand that are not yet in a batch, by inbound sequence; `None` marks a
+    /// sequence with no message any more (deleted by an operator), which a batch skips.
+    held: BTreeMap<u64, Option<Item>>,
+    /// The inbound sequence the next batch starts at: everything before it is in a batch.
+    next: u64,
+}
+
+/// The second stage: the ledger's single writer.
+struct Back {
     js: jetstream::Context,
     stages: Arc<Stages>,
     lease: Lease,
     appender: Appender,
     checkpointer: Checkpointer,
-    consumer: jetstream::consumer::Consumer<pull::Config>,
-    advisories: jetstream::consumer::PullConsumer,
 }
 
 /// An inbound message in a batch, and what finishes it once the ledger holds it.
@@ -269,6 +348,133 @@ enum Done {
     Ack(jetstream::Message),
     /// Fetched raw after its deliveries ran out: delete it from ATL_INBOUND, then ack the advisory.
     Exhausted(jetstream::Message),
+    /// Fetched raw because its delivery did not arrive (a header block the client cannot read, or a
+    /// delivery still out from an earlier session): delete it from ATL_INBOUND.
+    Raw,
+}
+
+/// A classified batch on its way from the front to the back.
+struct Classified {
+    items: Vec<Item>,
+    verdicts: Vec<Verdict>,
+    /// Later copies of messages an earlier batch holds (redeliveries): finished only after that
+    /// batch is, which the back's order guarantees.
+    late: Vec<Item>,
+}
+
+/// When each stage began what it is doing (milliseconds since the session began); [`Beats::IDLE`]
+/// while it waits for work or for the other stage. The monitor reads them.
+struct Beats {
+    began: Instant,
+    front: AtomicU64,
+    back: AtomicU64,
+}
+
+impl Beats {
+    const IDLE: u64 = u64::MAX;
+
+    fn new() -> Self {
+        Self {
+            began: Instant::now(),
+            front: AtomicU64::new(Self::IDLE),
+            back: AtomicU64::new(Self::IDLE),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.began.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    fn busy(&self, stage: &AtomicU64) {
+        stage.store(self.now(), Ordering::Relaxed);
+    }
+
+    fn idle(stage: &AtomicU64) {
+        stage.store(Self::IDLE, Ordering::Relaxed);
+    }
+
+    /// The stage that has been at one step longer than `limit`, and for how long.
+    fn stalled(&self, limit: Duration) -> Option<String> {
+        let now = self.now();
+        [("fetch and classify", &self.front), ("append", &self.back)]
+            .into_iter()
+            .find_map(|(name, stage)| {
+                let since = stage.load(Ordering::Relaxed);
+                let busy = Duration::from_millis(now.saturating_sub(since));
+                (since != Self::IDLE && busy > limit)
+                    .then(|| format!("the {name} stage has not moved for {:.1} s", busy.as_secs_f64()))
+            })
+    }
+}
+
+/// The inbound deliveries' own connection and consumer handle.
+struct Inbound {
+    connector: Connector,
+    consumer_name: String,
+    consumer: jetstream::consumer::Consumer<pull::Config>,
+}
+
+impl Inbound {
+    async fn open(connector: &Connector, consumer_name: &str) -> Result<Self> {
+        let js = connector
+            .connect_named(&format!("{} inbound", connector.name))
+            .await?;
+        let consumer = js
+            .get_consumer_from_stream(consumer_name, INBOUND)
+            .await
+            .map_err(|e| Error::stream(INBOUND, format!("opening consumer {consumer_name}"), e))?;
+        Ok(Self {
+            connector: connector.clone(),
+            consumer_name: consumer_name.to_owned(),
+            consumer,
+        })
+    }
+
+    /// Up to a batch of deliveries. A fetch that fails or overruns its expiry means the connection
+    /// is gone (a header block broke the client, or the server went away): it is replaced, and what
+    /// it would have delivered is filled in raw by [`Front::fill_gap`].
+    async fn fetch(&mut self, settings: &IngestSettings) -> Result<Vec<jetstream::Message>> {
+        let fetched = tokio::time::timeout(settings.fetch_wait + FETCH_GRACE, async {
+            let mut batch = self
+                .consumer
+                .fetch()
+                .max_messages(settings.batch_size)
+                .expires(settings.fetch_wait)
+                .messages()
+                .await
+                .map_err(|e| Error::stream(INBOUND, "fetching", e))?;
+            let mut messages = Vec::new();
+            while let Some(message) = batch.next().await {
+                match message {
+                    Ok(message) => messages.push(message),
+                    // A message the client could not parse: filled in raw.
+                    Err(error) => {
+                        tracing::warn!(error = %ErrorChain(&*error), "inbound message could not be read")
+                    }
+                }
+            }
+            Ok::<_, Error>(messages)
+        })
+        .await;
+        match fetched {
+            Ok(Ok(messages)) => Ok(messages),
+            Ok(Err(error)) => {
+                tracing::warn!(error = %ErrorChain(&error), "inbound fetch failed; reconnecting");
+                self.reconnect().await?;
+                Ok(Vec::new())
+            }
+            Err(_) => {
+                tracing::warn!("inbound fetch overran its expiry; reconnecting");
+                self.reconnect().await?;
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    async fn reconnect(&mut self) -> Result<()> {
+        *self = Self::open(&self.connector, &self.consumer_name).await?;
+        Ok(())
+    }
 }
 
 impl Session {
@@ -311,11 +517,11 @@ impl Session {
         metrics
             .last_seq
             .set(i64::try_from(appender.last_seq()).unwrap_or(i64::MAX));
-        let inbound = js
+        let mut inbound = js
             .get_stream(INBOUND)
             .await
             .map_err(|e| Error::stream(INBOUND, "opening", e))?;
-        let consumer = inbound
+        let monitor = inbound
             .get_or_create_consumer(
                 &settings.consumer,
                 pull::Config {
@@ -323,73 +529,125 @@ impl Session {
                     ack_policy: jetstream::consumer::AckPolicy::Explicit,
                     ack_wait: settings.ack_wait,
                     max_deliver: settings.max_deliver,
-                    // Bounded in flight: at most a few batches delivered and unacked, which also
-                    // bounds what the reorder hold keeps in memory.
-                    max_ack_pending: i64::try_from(settings.batch_size * 4).unwrap_or(1024),
+                    // Bounded in flight: the pipeline's three batches and the reorder hold.
+                    max_ack_pending: i64::try_from(settings.batch_size * 8).unwrap_or(2048),
                     ..Default::default()
                 },
             )
             .await
             .map_err(|e| Error::stream(INBOUND, format!("opening consumer {}", settings.consumer), e))?;
+        // ATL_INBOUND is a work queue that ingest empties strictly in order, so it holds one range
+        // of sequences from its first one: the first batch starts there.
+        let next = inbound
+            .info()
+            .await
+            .map_err(|e| Error::stream(INBOUND, "reading its state", e))?
+            .state
+            .first_sequence;
         let advisories = poison::advisory_consumer(js, &settings.consumer).await?;
         Ok(Self {
-            js: js.clone(),
-            stages: Arc::clone(stages),
-            lease,
-            appender,
-            checkpointer,
-            consumer,
-            advisories,
+            front: Front {
+                js: js.clone(),
+                stages: Arc::clone(stages),
+                inbound: Inbound::open(connector, &settings.consumer).await?,
+                advisories,
+                held: BTreeMap::new(),
+                next,
+            },
+            back: Back {
+                js: js.clone(),
+                stages: Arc::clone(stages),
+                lease,
+                appender,
+                checkpointer,
+            },
+            monitor,
         })
     }
 
+    async fn run(self, shared: Shared<'_>, stop: tokio::sync::watch::Receiver<bool>) -> Result<()> {
+        let Self { front, back, monitor } = self;
+        shared.health.ok(
+            "ingest",
+            format!("appending after seq {}", back.appender.last_seq()),
+        );
+        let (to_back, from_front) = tokio::sync::mpsc::channel(1);
+        let stages = async {
+            tokio::try_join!(front.run(to_back, shared, stop), back.run(from_front, shared))?;
+            Ok(())
+        };
+        tokio::select! {
+            outcome = stages => outcome,
+            stalled = watch(monitor, shared) => Err(stalled),
+        }
+    }
+}
+
+/// Reports the inbound lag every second, and ends the session (returns why) when a stage has been
+/// at one step longer than the stall limit or the inbound consumer cannot be read for that long.
+async fn watch(mut consumer: jetstream::consumer::Consumer<pull::Config>, shared: Shared<'_>) -> Error {
+    let limit = shared.settings.stall_after;
+    let mut unreadable_since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some(what) = shared.beats.stalled(limit) {
+            return Error::Stalled { what };
+        }
+        match tokio::time::timeout(Duration::from_secs(2), consumer.info()).await {
+            Ok(Ok(info)) => {
+                unreadable_since = None;
+                shared
+                    .metrics
+                    .inbound_lag
+                    .set(i64::try_from(info.num_pending + info.num_ack_pending as u64).unwrap_or(i64::MAX));
+            }
+            _ => {
+                let since = *unreadable_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > limit {
+                    return Error::Stalled {
+                        what: format!(
+                            "the inbound consumer could not be read for {:.1} s",
+                            since.elapsed().as_secs_f64()
+                        ),
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl Front {
     async fn run(
         mut self,
-        settings: &IngestSettings,
-        index: &Arc<Mutex<IdentityIndex>>,
-        metrics: &IngestMetrics,
-        health: &toolledger_core::telemetry::Health,
+        to_back: tokio::sync::mpsc::Sender<Classified>,
+        shared: Shared<'_>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) -> Result<()> {
-        let mut renewed = Instant::now();
+        let settings = shared.settings;
         let mut progressed = Instant::now();
-        // Deliveries wait here until every older inbound message is in hand: see `contiguous_run`.
-        let mut held: BTreeMap<u64, Item> = BTreeMap::new();
-        health.ok(
-            "ingest",
-            format!("appending after seq {}", self.appender.last_seq()),
-        );
+        let mut late = Vec::new();
         loop {
-            if renewed.elapsed() >= self.lease.renew_every() {
-                self.lease.renew().await?;
-                renewed = Instant::now();
-            }
-            self.checkpointer.tick().await?;
+            shared.beats.busy(&shared.beats.front);
             if *stop.borrow() {
-                // Sign what was appended before letting the next writer in.
-                self.checkpointer.checkpoint().await?;
-                let _ = self.lease.release().await;
                 return Ok(());
             }
             for (original, advisory) in poison::take(&self.js, &self.advisories, settings.batch_size).await? {
-                held.insert(
-                    original.inbound_seq,
+                let seq = original.inbound_seq;
+                self.hold(
+                    seq,
                     Item {
                         original,
                         done: Done::Exhausted(advisory),
                     },
                 );
             }
-            // Always fetch: the older message a full hold waits for arrives only by redelivery.
-            // What is held is bounded by the consumer's max_ack_pending.
             let fetched = tokio::select! {
-                fetched = self.fetch(settings) => fetched?,
+                fetched = self.inbound.fetch(settings) => fetched?,
                 _ = stop.changed() => continue,
             };
             for message in fetched {
                 let original = original_of(&message);
-                // A redelivery replaces the copy in hand: only the latest delivery can be acked.
-                held.insert(
+                self.hold(
                     original.inbound_seq,
                     Item {
                         original,
@@ -397,17 +655,29 @@ impl Session {
                     },
                 );
             }
-            if held.is_empty() {
-                self.report_lag(metrics).await;
-                continue;
-            }
-            let run = self.contiguous_run(&mut held, settings.batch_size).await?;
+            self.fill_gap(settings.batch_size).await?;
+            late.extend(self.take_late());
+            let run = self.contiguous_run(settings.batch_size);
             if run.is_empty() {
-                // An older message is still out (being redelivered, or exhausted and on its way
-                // through the advisory stream); keep the later ones from being redelivered meanwhile.
-                if progressed.elapsed() >= settings.ack_wait / 3 {
-                    for item in held.values() {
-                        if let Done::Ack(message) = &item.done {
+                if !late.is_empty() {
+                    Beats::idle(&shared.beats.front);
+                    let batch = Classified {
+                        items: Vec::new(),
+                        verdicts: Vec::new(),
+                        late: std::mem::take(&mut late),
+                    };
+                    if to_back.send(batch).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                // An older message is still out; keep the later ones from being redelivered meanwhile.
+                if !self.held.is_empty() && progressed.elapsed() >= settings.ack_wait / 3 {
+                    for held in self.held.values() {
+                        if let Some(Item {
+                            done: Done::Ack(message),
+                            ..
+                        }) = held
+                        {
                             let _ = message.ack_with(AckKind::Progress).await;
                         }
                     }
@@ -415,101 +685,165 @@ impl Session {
                 }
                 continue;
             }
-            self.process(run, index, metrics).await?;
-            health.ok(
-                "ingest",
-                format!("appended through seq {}", self.appender.last_seq()),
-            );
-        }
-    }
-
-    /// Takes from `held` the run of consecutive inbound sequences that starts at ATL_INBOUND's
-    /// first sequence, at most `max` long.
-    ///
-    /// ATL_INBOUND is a work queue that ingest empties strictly in order (acks and deletes happen
-    /// only for such runs), so it always holds one gapless range of sequences starting at its first
-    /// sequence. Appending only runs that start there keeps the ledger in inbound order even when a
-    /// crash sends some messages back through redelivery or, after `max_deliver`, the advisory
-    /// stream. Held copies below the first sequence were already handled; they are acked and dropped.
-    async fn contiguous_run(&mut self, held: &mut BTreeMap<u64, Item>, max: usize) -> Result<Vec<Item>> {
-        let mut inbound = self
-            .js
-            .get_stream(INBOUND)
-            .await
-            .map_err(|e| Error::stream(INBOUND, "opening", e))?;
-        let first = inbound
-            .info()
-            .await
-            .map_err(|e| Error::stream(INBOUND, "reading its state", e))?
-            .state
-            .first_sequence;
-        let stale: Vec<u64> = held.range(..first).map(|(seq, _)| *seq).collect();
-        for seq in stale {
-            if let Some(Item {
-                done: Done::Ack(message),
-                ..
-            }) = held.remove(&seq)
-            {
-                let _ = message.ack().await;
-            }
-        }
-        let mut run = Vec::new();
-        let mut next = first;
-        while run.len() < max {
-            match held.remove(&next) {
-                Some(item) => run.push(item),
-                None => break,
-            }
-            next += 1;
-        }
-        Ok(run)
-    }
-
-    async fn fetch(&self, settings: &IngestSettings) -> Result<Vec<jetstream::Message>> {
-        let mut batch = self
-            .consumer
-            .fetch()
-            .max_messages(settings.batch_size)
-            .expires(settings.fetch_wait)
-            .messages()
-            .await
-            .map_err(|e| Error::stream(INBOUND, "fetching", e))?;
-        let mut messages = Vec::new();
-        while let Some(message) = batch.next().await {
-            match message {
-                Ok(message) => messages.push(message),
-                // A message the client could not parse; JetStream redelivers it until max_deliver.
-                Err(error) => {
-                    tracing::warn!(error = %ErrorChain(&*error), "inbound message could not be read")
-                }
-            }
-        }
-        Ok(messages)
-    }
-
-    async fn report_lag(&mut self, metrics: &IngestMetrics) {
-        if let Ok(info) = self.consumer.info().await {
-            metrics
-                .inbound_lag
-                .set(i64::try_from(info.num_pending).unwrap_or(i64::MAX));
-        }
-    }
-
-    async fn process(
-        &mut self,
-        items: Vec<Item>,
-        index: &Arc<Mutex<IdentityIndex>>,
-        metrics: &IngestMetrics,
-    ) -> Result<()> {
-        let originals: Vec<Original> = items.iter().map(|item| item.original.clone()).collect();
-        let verdicts = {
-            let index = Arc::clone(index);
-            let originals = originals.clone();
-            let stages = Arc::clone(&self.stages);
-            tokio::task::spawn_blocking(move || pipeline::classify_batch(&originals, &index, &stages))
+            let verdicts = {
+                let originals: Vec<Original> = run.iter().map(|item| item.original.clone()).collect();
+                let (index, in_flight, stages) = (
+                    Arc::clone(shared.index),
+                    Arc::clone(shared.in_flight),
+                    Arc::clone(&self.stages),
+                );
+                tokio::task::spawn_blocking(move || {
+                    pipeline::classify_batch(&originals, &index, &in_flight, &stages)
+                })
                 .await
                 .map_err(Error::task("classify"))??
-        };
+            };
+            Beats::idle(&shared.beats.front);
+            let batch = Classified {
+                items: run,
+                verdicts,
+                late: std::mem::take(&mut late),
+            };
+            // The back has ended: its outcome is the session's.
+            if to_back.send(batch).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Keeps `item` for inbound sequence `seq`. A delivery replaces the copy in hand (only the latest
+    /// delivery can be acked); a raw copy never replaces one in hand.
+    fn hold(&mut self, seq: u64, item: Item) {
+        if matches!(item.done, Done::Raw) && self.held.contains_key(&seq) {
+            return;
+        }
+        self.held.insert(seq, Some(item));
+    }
+
+    /// When the message the next batch starts with is not in hand, reads it, and the ones after it
+    /// up to what is in hand, raw from ATL_INBOUND (at most `max`).
+    ///
+    /// A delivery is missing when the client could not parse it (the connection was replaced), when
+    /// it is still out from an earlier session (until its ack wait passes), or when the consumer has
+    /// reached its ack-pending limit; JetStream would redeliver it only after its ack wait, holding up
+    /// every tenant behind it. Read raw (`STREAM.MSG.GET`, base64 headers no parser chokes on) it is
+    /// handled at once: appended, or quarantined as `poison_message` when its header block does not
+    /// parse, and then deleted from ATL_INBOUND. Sequences with no message (deleted) are skipped.
+    async fn fill_gap(&mut self, max: usize) -> Result<()> {
+        let mut cursor = self.next;
+        for _ in 0..max {
+            if self.held.contains_key(&cursor) {
+                break;
+            }
+            let Some(original) = poison::raw_next(&self.js, cursor).await? else {
+                break;
+            };
+            let seq = original.inbound_seq;
+            // Nothing is stored between `cursor` and `seq`, and a work queue never refills a sequence.
+            for gone in cursor..seq {
+                self.held.entry(gone).or_insert(None);
+            }
+            let in_hand = self.held.contains_key(&seq);
+            self.hold(
+                seq,
+                Item {
+                    original,
+                    done: Done::Raw,
+                },
+            );
+            if in_hand {
+                break;
+            }
+            cursor = seq + 1;
+        }
+        Ok(())
+    }
+
+    /// Copies of messages that are already in a batch (redeliveries), taken out of the hold.
+    fn take_late(&mut self) -> Vec<Item> {
+        let mut late = Vec::new();
+        while let Some(entry) = self.held.first_entry() {
+            if *entry.key() >= self.next {
+                break;
+            }
+            if let Some(item) = entry.remove() {
+                late.push(item);
+            }
+        }
+        late
+    }
+
+    /// Takes from the hold the run of consecutive inbound sequences that starts at [`Front::next`],
+    /// at most `max` messages long (skipping sequences that hold none).
+    ///
+    /// ATL_INBOUND is a work queue that ingest empties strictly in order (acks and deletes happen
+    /// only for such runs), so appending only runs that start there keeps the ledger in inbound
+    /// order even when a crash sends some messages back through redelivery or, after
+    /// `max_deliver`, the advisory stream.
+    fn contiguous_run(&mut self, max: usize) -> Vec<Item> {
+        let mut run = Vec::new();
+        while run.len() < max {
+            match self.held.remove(&self.next) {
+                Some(Some(item)) => run.push(item),
+                Some(None) => {}
+                None => break,
+            }
+            self.next += 1;
+        }
+        run
+    }
+}
+
+impl Back {
+    async fn run(
+        mut self,
+        mut from_front: tokio::sync::mpsc::Receiver<Classified>,
+        shared: Shared<'_>,
+    ) -> Result<()> {
+        let mut renewed = Instant::now();
+        loop {
+            if renewed.elapsed() >= self.lease.renew_every() {
+                self.lease.renew().await?;
+                renewed = Instant::now();
+            }
+            self.checkpointer.tick().await?;
+            let batch = match tokio::time::timeout(TICK, from_front.recv()).await {
+                Ok(Some(batch)) => batch,
+                // The front has stopped (shutdown): everything it classified is appended.
+                Ok(None) => break,
+                Err(_) => continue,
+            };
+            shared.beats.busy(&shared.beats.back);
+            let appended = !batch.items.is_empty();
+            self.process(batch, shared).await?;
+            Beats::idle(&shared.beats.back);
+            if appended {
+                shared.health.ok(
+                    "ingest",
+                    format!("appended through seq {}", self.appender.last_seq()),
+                );
+            }
+        }
+        // Sign what was appended before letting the next writer in.
+        self.checkpointer.checkpoint().await?;
+        let _ = self.lease.release().await;
+        Ok(())
+    }
+
+    async fn process(&mut self, batch: Classified, shared: Shared<'_>) -> Result<()> {
+        let Classified {
+            items,
+            verdicts,
+            late,
+        } = batch;
+        let (index, metrics) = (shared.index, shared.metrics);
+        let classified: Vec<IdentityKey> = verdicts
+            .iter()
+            .filter_map(|verdict| match verdict {
+                Verdict::Append(prepared) => Some(prepared.key),
+                _ => None,
+            })
+            .collect();
 
         // Rejections first: their receipts take their place in the batch's order.
         let mut pending = Vec::new();
@@ -517,7 +851,8 @@ impl Session {
         let mut receipts = Vec::new();
         let mut duplicates = 0u64;
         let mut uploads = Vec::new();
-        for (original, verdict) in originals.iter().zip(verdicts) {
+        for (item, verdict) in items.iter().zip(verdicts) {
+            let original = &item.original;
             let verdict = match verdict {
                 Verdict::Append(mut prepared) => {
                     let (key, digest) = (prepared.key, prepared.digest);
@@ -577,10 +912,18 @@ impl Session {
                 .await
                 .map_err(Error::task("identity index record"))??;
         }
+        // Recorded (or never appended): the batches behind this one find them in the index now.
+        shared.in_flight.forget(classified);
         metrics.duplicates.inc_by(duplicates);
         // The uploads are copied and the ledger holds their refs; a crash before this line only
         // leaves them for the next delivery, which copies them again idempotently.
         UploadCollector::delete_uploads(&self.js, &uploads).await?;
+        self.finish(items.into_iter().chain(late)).await
+    }
+
+    /// Acks (or deletes) inbound messages the ledger now holds.
+    async fn finish(&self, items: impl Iterator<Item = Item>) -> Result<()> {
+        let mut deletes = Vec::new();
         for item in items {
             match item.done {
                 // A lost ack only means a redelivery, which duplicate detection absorbs.
@@ -595,7 +938,11 @@ impl Session {
                         tracing::warn!(%error, "advisory ack failed; it will be handled again");
                     }
                 }
+                Done::Raw => deletes.push(poison::delete(&self.js, item.original.inbound_seq)),
             }
+        }
+        for deleted in futures::future::join_all(deletes).await {
+            deleted?;
         }
         Ok(())
     }
@@ -635,13 +982,19 @@ async fn drop_known_receipts(
     }
     let index = Arc::clone(index);
     tokio::task::spawn_blocking(move || {
-        let index = lock(&index);
+        let receipt_keys: Vec<IdentityKey> = identities
+            .iter()
+            .zip(&is_receipt)
+            .filter(|(_, receipt)| **receipt)
+            .map(|((key, _), _)| *key)
+            .collect();
+        let known = lock(&index).lookup_many(&receipt_keys)?;
         let mut kept = (
             Vec::with_capacity(pending.len()),
             Vec::with_capacity(identities.len()),
         );
         for ((entry, (key, digest)), receipt) in pending.into_iter().zip(identities).zip(is_receipt) {
-            if !receipt || index.lookup(&key)?.is_none() {
+            if !receipt || !known.contains_key(&key) {
                 kept.0.push(entry);
                 kept.1.push((key, digest));
             }

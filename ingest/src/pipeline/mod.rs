@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
+use rayon::prelude::*;
 use toolledger_wire::QuarantineReason;
 
 use crate::Result;
@@ -74,21 +75,49 @@ pub(crate) enum Verdict {
     Reject(Rejection),
 }
 
+/// Identities a classified batch will append that the identity index does not hold yet: the
+/// batches behind it in the pipeline deduplicate against them. The session adds a batch's identities
+/// as it classifies it and forgets them once they are recorded in the index (never before, so no
+/// identity is ever in neither place).
+#[derive(Default)]
+pub(crate) struct InFlight(Mutex<HashMap<IdentityKey, [u8; 32]>>);
+
+impl InFlight {
+    /// Forgets `keys`, now recorded in the identity index (or never appended).
+    pub(crate) fn forget(&self, keys: impl IntoIterator<Item = IdentityKey>) {
+        let mut in_flight = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        for key in keys {
+            in_flight.remove(&key);
+        }
+    }
+
+    /// Forgets everything: a new session starts from the index alone.
+    pub(crate) fn clear(&self) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+}
+
 /// Decodes, validates, scrubs, digests and deduplicates a batch; runs on a blocking thread.
 ///
 /// The per-event work that does not depend on other events (decoding and validation; the digest and
-/// the canonical entry) is spread over the machine's cores; scrubbing runs in inbound order, because a
-/// `tool.declared` earlier in the batch changes what is sensitive in the events after it, and so does
-/// deduplication, because a batch can hold the same identity twice.
+/// the canonical entry) is spread over rayon's pool (one thread per core, started once); scrubbing
+/// runs in inbound order, because a `tool.declared` earlier in the batch changes what is sensitive in
+/// the events after it, and so does deduplication, because a batch can hold the same identity twice.
+/// Identities are looked up in one query per batch, after the batches still in flight.
 pub(crate) fn classify_batch(
     originals: &[Original],
     index: &Mutex<IdentityIndex>,
+    in_flight: &InFlight,
     stages: &Stages,
 ) -> Result<Vec<Verdict>> {
+    /// Below this many events per thread, handing work to another thread costs more than it saves.
+    const MIN_PER_THREAD: usize = 16;
     let received = Utc::now();
-    let mut checked = parallel_map(originals.iter().collect(), |original| {
-        check::check(original, received)
-    });
+    let mut checked: Vec<_> = originals
+        .par_iter()
+        .with_min_len(MIN_PER_THREAD)
+        .map(|original| check::check(original, received))
+        .collect();
     {
         let mut scrubber = stages.scrubber.lock().unwrap_or_else(PoisonError::into_inner);
         for checked in checked.iter_mut().flatten() {
@@ -96,21 +125,36 @@ pub(crate) fn classify_batch(
             checked.scrub(&mut scrubber);
         }
     }
-    let prepared = parallel_map(checked, |checked| {
-        checked.and_then(|checked| seal::seal(checked, &stages.offloader))
-    });
+    let prepared: Vec<_> = checked
+        .into_par_iter()
+        .with_min_len(MIN_PER_THREAD)
+        .map(|checked| checked.and_then(|checked| seal::seal(checked, &stages.offloader)))
+        .collect();
 
-    let index = index.lock().unwrap_or_else(PoisonError::into_inner);
+    // In flight first, then the index: the session records a batch in the index before it forgets
+    // it here, and this lock keeps it from forgetting one between the two looks.
+    let mut in_flight = in_flight.0.lock().unwrap_or_else(PoisonError::into_inner);
+    let keys: Vec<IdentityKey> = prepared
+        .iter()
+        .flatten()
+        .map(|prepared| prepared.key)
+        .filter(|key| !in_flight.contains_key(key))
+        .collect();
+    let recorded = index
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .lookup_many(&keys)?;
     let mut in_batch: HashMap<IdentityKey, [u8; 32]> = HashMap::new();
     let mut verdicts = Vec::with_capacity(originals.len());
     for prepared in prepared {
         let verdict = match prepared {
             Err(rejection) => Verdict::Reject(rejection),
             Ok(prepared) => {
-                let known = match in_batch.get(&prepared.key) {
-                    Some(digest) => Some(*digest),
-                    None => index.lookup(&prepared.key)?.map(|r| r.digest),
-                };
+                let known = in_batch
+                    .get(&prepared.key)
+                    .or_else(|| in_flight.get(&prepared.key))
+                    .copied()
+                    .or_else(|| recorded.get(&prepared.key).map(|r| r.digest));
                 match known {
                     None => {
                         in_batch.insert(prepared.key, prepared.digest);
@@ -130,43 +174,8 @@ pub(crate) fn classify_batch(
         };
         verdicts.push(verdict);
     }
+    in_flight.extend(in_batch);
     Ok(verdicts)
-}
-
-/// `f` over `items` on up to one thread per core, in order. Small inputs stay on this thread.
-fn parallel_map<T: Send, U: Send>(mut items: Vec<T>, f: impl Fn(T) -> U + Sync) -> Vec<U> {
-    /// Below this many items per thread, starting a thread costs more than it saves.
-    const MIN_PER_THREAD: usize = 16;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(items.len() / MIN_PER_THREAD)
-        .max(1);
-    if threads == 1 {
-        return items.into_iter().map(f).collect();
-    }
-    let per_thread = items.len().div_ceil(threads);
-    let mut chunks = Vec::with_capacity(threads);
-    while items.len() > per_thread {
-        chunks.push(items.split_off(items.len() - per_thread));
-    }
-    chunks.push(items);
-    chunks.reverse();
-    let f = &f;
-    std::thread::scope(|scope| {
-        let mut rest = chunks.into_iter();
-        let first = rest.next().unwrap_or_default();
-        let handles: Vec<_> = rest
-            .map(|chunk| scope.spawn(move || chunk.into_iter().map(f).collect::<Vec<U>>()))
-            .collect();
-        let mut out: Vec<U> = first.into_iter().map(f).collect();
-        for handle in handles {
-            match handle.join() {
-                Ok(part) => out.extend(part),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        out
-    })
 }
 
 /// One inbound message through decode ▸ validate ▸ scrub ▸ digest ▸ offload ▸ canonicalize as a

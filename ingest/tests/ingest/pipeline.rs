@@ -37,6 +37,7 @@ pub struct Running {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<toolledger_ingest::Result<()>>>,
     pub metrics: IngestMetrics,
+    pub health: toolledger_core::telemetry::Health,
 }
 
 impl Running {
@@ -61,11 +62,12 @@ impl Running {
             url: nats.url(),
             name: "ingest-test".to_owned(),
         };
+        let health = toolledger_core::telemetry::Health::default();
         let task = tokio::spawn(session::run(
             connector,
             settings,
             metrics.clone(),
-            toolledger_core::telemetry::Health::default(),
+            health.clone(),
             async {
                 let _ = stopped.await;
             },
@@ -74,6 +76,7 @@ impl Running {
             stop: Some(stop),
             task: Some(task),
             metrics,
+            health,
         }
     }
 
@@ -471,6 +474,73 @@ async fn poison_headers_end_in_quarantine_and_ingest_recovers() {
     ingest.stop().await;
 }
 
+/// One tenant's producer sends header blocks the client cannot read while another tenant publishes:
+/// each poison message is quarantined as it is met, read raw, without waiting for a redelivery (the
+/// ack wait here is a minute, longer than the test may take), and the other tenant's events keep
+/// landing. The ledger keeps each tenant's inbound order (docs/ingest.md), nothing is lost or
+/// duplicated, and ATL_INBOUND ends empty.
+#[tokio::test]
+async fn poison_from_one_tenant_is_quarantined_at_once_and_holds_no_tenant_up() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start_with(&nats, dir.path(), |s| {
+        s.ack_wait = Duration::from_secs(60);
+    });
+    let events = generate(&GeneratorConfig {
+        seed: 17,
+        sessions: 4,
+        tenants: vec!["acme".to_owned(), "globex".to_owned()],
+        ..Default::default()
+    })
+    .events;
+    let (acme, globex): (Vec<Value>, Vec<Value>) = events.into_iter().partition(|e| e["tenant"] == "acme");
+    let body = serde_json::to_vec(&acme[0]).unwrap();
+    let poison_subject = format!("atl.in.acme.{}", acme[0]["type"].as_str().unwrap());
+    let started = Instant::now();
+    let rounds = 3;
+    for (round, chunk) in globex.chunks(globex.len().div_ceil(rounds)).enumerate() {
+        let header_block: &[u8] = if round % 2 == 0 {
+            b"NATS/1.0\r\nce-id: a\rb\r\n\r\n"
+        } else {
+            b"NATS/1.0\r\nce-id: \xff\xfe\r\n\r\n"
+        };
+        publish_raw_socket(nats.port(), &poison_subject, header_block, &body);
+        publish(&js, chunk, Mode::Binary, true).await;
+    }
+    publish(&js, &acme, Mode::Binary, true).await;
+
+    drained(&js).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(30),
+        "drained in {took:?}: the poison waited for redelivery"
+    );
+    let reasons: Vec<String> = quarantined(&js).await.into_iter().map(|(_, r)| r).collect();
+    assert_eq!(reasons, vec!["poison_message"; rounds]);
+    let stored = ledger(&js).await;
+    let receipts = stored
+        .iter()
+        .filter(|e| receipt_data(e)["reason"] == "poison_message")
+        .count();
+    assert_eq!(receipts, rounds);
+    for (tenant, published) in [("acme", &acme), ("globex", &globex)] {
+        let appended: Vec<String> = stored
+            .iter()
+            .filter(|e| class_of(e) != "toolledger.quarantine.recorded")
+            .filter(|e| e.event.extension("tenant").map(|t| t.to_string()).as_deref() == Some(tenant))
+            .map(id_of)
+            .collect();
+        assert_eq!(
+            appended,
+            ids_of(published),
+            "{tenant}: every event once, in its inbound order"
+        );
+    }
+    ingest.stop().await;
+}
+
 #[tokio::test]
 async fn a_nats_server_crash_mid_load_loses_and_duplicates_nothing() {
     let mut nats = NatsFixture::start();
@@ -494,7 +564,6 @@ async fn a_nats_server_crash_mid_load_loses_and_duplicates_nothing() {
         let events = events.clone();
         tokio::spawn(async move {
             for chunk in events.chunks(25) {
-                // A producer republishes what was not acked, with the same Nats-Msg-Id.
                 // A producer republishes what was not acked, with the same Nats-Msg-Id.
                 loop {
                     let outgoing = produce::prepare_all(chunk, Mode::Binary).unwrap();
@@ -537,6 +606,121 @@ async fn a_nats_server_crash_mid_load_loses_and_duplicates_nothing() {
     );
     ingest.stop().await;
     drop(nats);
+}
+
+/// The wedge an operator once met after a server crash (a batch pending, no pull outstanding,
+/// health ok, for minutes), forced ten times: nats-server is frozen (SIGSTOP) under load until
+/// ingest's health says it is not ok, then let go (SIGCONT). After every thaw the ledger grows again
+/// within 10 s, and at the end every acked event is in it once, in order, and a shutdown asked for
+/// while the server is frozen is honoured within 5 s.
+#[tokio::test]
+async fn a_frozen_server_under_load_never_wedges_ingest() {
+    const CYCLES: usize = 10;
+    let nats = NatsFixture::start();
+    let client = async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let js = jetstream::new(client);
+    contract_streams(&js).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start_with(&nats, dir.path(), |s| {
+        s.stall_after = Duration::from_secs(2);
+    });
+    let events = generate(&GeneratorConfig {
+        seed: 29,
+        sessions: 200,
+        ..Default::default()
+    })
+    .events;
+    let (done_tx, mut done) = tokio::sync::watch::channel(false);
+    let producer = {
+        let js = js.clone();
+        let events = events.clone();
+        tokio::spawn(async move {
+            let mut sent = 0;
+            for chunk in events.chunks(20) {
+                if *done.borrow_and_update() {
+                    break;
+                }
+                // A producer republishes what was not acked, with the same Nats-Msg-Id.
+                loop {
+                    let outgoing = produce::prepare_all(chunk, Mode::Binary).unwrap();
+                    match tokio::time::timeout(Duration::from_secs(5), produce::publish_all(&js, outgoing))
+                        .await
+                    {
+                        Ok(report) if report.failed.is_empty() => break,
+                        _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                }
+                sent += chunk.len();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            sent
+        })
+    };
+    let tail = |js: jetstream::Context| async move {
+        tokio::time::timeout(Duration::from_secs(2), last_sequence(&js, LEDGER))
+            .await
+            .ok()
+            .and_then(Result::ok)
+    };
+    for cycle in 0..CYCLES {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            !producer.is_finished(),
+            "cycle {cycle}: the load ran out (generate more sessions)"
+        );
+        let before = tail(js.clone())
+            .await
+            .expect("the ledger is readable before the freeze");
+        nats.pause();
+        let frozen = Instant::now();
+        while ingest.health.report().status == "ok" {
+            if frozen.elapsed() > Duration::from_secs(10) {
+                nats.resume();
+                panic!("cycle {cycle}: health still ok 10 s into the freeze");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let noticed = frozen.elapsed();
+        nats.resume();
+        let thawed = Instant::now();
+        loop {
+            if tail(js.clone()).await.is_some_and(|now| now > before) {
+                break;
+            }
+            assert!(
+                thawed.elapsed() < Duration::from_secs(10),
+                "cycle {cycle}: no progress 10 s after the thaw (stall noticed after {noticed:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!(
+            "cycle {cycle}: stall noticed after {noticed:?}, progress {:?} after the thaw",
+            thawed.elapsed()
+        );
+    }
+    done_tx.send(true).unwrap();
+    let sent = tokio::time::timeout(Duration::from_secs(60), producer)
+        .await
+        .unwrap()
+        .unwrap();
+    drained(&js).await;
+    let ids: Vec<String> = ledger(&js).await.iter().map(id_of).collect();
+    assert_eq!(
+        ids,
+        ids_of(&events[..sent]),
+        "every acked event once, in order, across {CYCLES} freezes"
+    );
+    // A shutdown asked for while the server is frozen is honoured within 5 s all the same.
+    nats.pause();
+    let asked = Instant::now();
+    ingest.stop().await;
+    let stopped = asked.elapsed();
+    nats.resume();
+    assert!(stopped < Duration::from_secs(5), "stopping took {stopped:?}");
 }
 
 #[tokio::test]

@@ -43,7 +43,7 @@ pub use blobs::{
 };
 pub use error::{BoxError, Error, Result, with_causes};
 pub use read::{
-    OrderedReader, ReadSpec, StoredMessage, StreamMessage, Until, last_sequence, message, read_all,
-    read_range, stored_message,
+    OrderedReader, ReadSpec, StoredMessage, StreamMessage, Until, last_sequence, message,
+    next_stored_message, read_all, read_range, stored_message,
 };
 pub use tiles::open_tiles;

@@ -428,6 +428,31 @@ pub async fn stored_message(
     stream: &str,
     seq: u64,
 ) -> Result<Option<StoredMessage>> {
+    get_stored(js, stream, seq, serde_json::json!({ "seq": seq })).await
+}
+
+/// The first message of `stream` at or after `seq`, read like [`stored_message`]: what a work queue
+/// holds next from `seq` on. `None` when nothing is stored there.
+pub async fn next_stored_message(
+    js: &jetstream::Context,
+    stream: &str,
+    seq: u64,
+) -> Result<Option<StoredMessage>> {
+    get_stored(
+        js,
+        stream,
+        seq,
+        serde_json::json!({ "seq": seq, "next_by_subj": ">" }),
+    )
+    .await
+}
+
+async fn get_stored(
+    js: &jetstream::Context,
+    stream: &str,
+    seq: u64,
+    request: serde_json::Value,
+) -> Result<Option<StoredMessage>> {
     #[derive(serde::Deserialize)]
     struct Reply {
         message: Option<Raw>,
@@ -448,10 +473,7 @@ pub async fn stored_message(
     }
     let action = || format!("getting seq {seq}");
     let reply: Reply = js
-        .request(
-            format!("STREAM.MSG.GET.{stream}"),
-            &serde_json::json!({ "seq": seq }),
-        )
+        .request(format!("STREAM.MSG.GET.{stream}"), &request)
         .await
         .map_err(|e| Error::stream(stream, action(), e))?;
     if let Some(error) = reply.error {

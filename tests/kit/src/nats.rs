@@ -79,6 +79,23 @@ impl NatsFixture {
         self.server.pid()
     }
 
+    /// Freezes the server (SIGSTOP): its connections stay open but nothing is answered. Call
+    /// [`NatsFixture::resume`] before the fixture is dropped.
+    pub fn pause(&self) {
+        self.signal(nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = self.pid().expect("nats-server is running");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid fits i32"));
+        nix::sys::signal::kill(pid, signal).unwrap_or_else(|e| panic!("nats fixture: {signal}: {e}"));
+    }
+
     /// Stops the server gracefully and starts it again on the same port and store.
     pub fn restart(&mut self) {
         self.server.stop();
