@@ -176,7 +176,6 @@ pub async fn run(
         .map_err(Error::task("identity index open"))??,
     ));
     let stages = Arc::new(Stages::open(&settings)?);
-    let in_flight = Arc::new(InFlight::default());
     let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -190,7 +189,9 @@ pub async fn run(
         };
         let outcome = match session {
             Ok(session) => {
-                in_flight.clear();
+                // Each session has its own: a classify step that an ended session left running on
+                // its blocking thread must not mark identities in flight for the next one.
+                let in_flight = Arc::new(InFlight::default());
                 let shared = Shared {
                     settings: &settings,
                     index: &index,
@@ -802,11 +803,13 @@ impl Back {
     ) -> Result<()> {
         let mut renewed = Instant::now();
         loop {
+            shared.beats.busy(&shared.beats.back);
             if renewed.elapsed() >= self.lease.renew_every() {
                 self.lease.renew().await?;
                 renewed = Instant::now();
             }
             self.checkpointer.tick().await?;
+            Beats::idle(&shared.beats.back);
             let batch = match tokio::time::timeout(TICK, from_front.recv()).await {
                 Ok(Some(batch)) => batch,
                 // The front has stopped (shutdown): everything it classified is appended.

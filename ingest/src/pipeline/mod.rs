@@ -90,11 +90,6 @@ impl InFlight {
             in_flight.remove(&key);
         }
     }
-
-    /// Forgets everything: a new session starts from the index alone.
-    pub(crate) fn clear(&self) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clear();
-    }
 }
 
 /// Decodes, validates, scrubs, digests and deduplicates a batch; runs on a blocking thread.
