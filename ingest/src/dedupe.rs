@@ -16,7 +16,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use sha2::{Digest, Sha256};
 
 use crate::{Error, Result};
@@ -90,29 +90,6 @@ impl IdentityIndex {
             .query_row("SELECT seq FROM position WHERE id = 1", [], |r| r.get(0))
             .map_err(sql("position"))?;
         Ok(u64::try_from(seq).unwrap_or(0))
-    }
-
-    /// What is recorded for `key`, if anything.
-    pub fn lookup(&self, key: &IdentityKey) -> Result<Option<Recorded>> {
-        self.conn
-            .prepare_cached("SELECT digest, seq FROM identities WHERE key = ?1")
-            .map_err(sql("lookup"))?
-            .query_row(params![key.0.as_slice()], |row| {
-                let digest: Vec<u8> = row.get(0)?;
-                let seq: i64 = row.get(1)?;
-                Ok((digest, seq))
-            })
-            .optional()
-            .map_err(sql("lookup"))?
-            .map(|(digest, seq)| {
-                let digest = <[u8; 32]>::try_from(digest.as_slice())
-                    .map_err(|e| Error::index("reading a stored digest (not 32 bytes)", e))?;
-                Ok(Recorded {
-                    digest,
-                    seq: u64::try_from(seq).unwrap_or(0),
-                })
-            })
-            .transpose()
     }
 
     /// What is recorded for each of `keys` that is recorded at all, in one query.
@@ -196,12 +173,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut index = IdentityIndex::open(&dir.path().join("ids.sqlite")).unwrap();
         let key = IdentityKey::new("acme", "src", "1");
-        assert_eq!(index.lookup(&key).unwrap(), None);
+        assert_eq!(index.lookup_many(&[key]).unwrap().get(&key), None);
         index.record(&[(key, [1; 32], 5)], 5).unwrap();
         index.record(&[(key, [2; 32], 9)], 9).unwrap();
         assert_eq!(
-            index.lookup(&key).unwrap(),
-            Some(Recorded {
+            index.lookup_many(&[key]).unwrap().get(&key),
+            Some(&Recorded {
                 digest: [1; 32],
                 seq: 5
             })

@@ -541,6 +541,25 @@ async fn poison_from_one_tenant_is_quarantined_at_once_and_holds_no_tenant_up() 
     ingest.stop().await;
 }
 
+/// Publishes `chunk` until every event is acked, as a producer does across a server outage: what
+/// was not acked is republished with the same Nats-Msg-Id. A publish caught by the outage may never
+/// be answered, and `publish_all` waits for each ack in turn, so each attempt is bounded by `attempt`.
+async fn publish_until_acked(js: &jetstream::Context, chunk: &[Value], attempt: Duration) {
+    loop {
+        let outgoing = produce::prepare_all(chunk, Mode::Binary).unwrap();
+        match tokio::time::timeout(attempt, produce::publish_all(js, outgoing)).await {
+            Ok(report) if report.failed.is_empty() => return,
+            Ok(report) => eprintln!(
+                "producer retries {} events: {:?}",
+                report.failed.len(),
+                report.failed.first()
+            ),
+            Err(_) => eprintln!("producer retries a chunk whose acks never came"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_nats_server_crash_mid_load_loses_and_duplicates_nothing() {
     let mut nats = NatsFixture::start();
@@ -564,24 +583,7 @@ async fn a_nats_server_crash_mid_load_loses_and_duplicates_nothing() {
         let events = events.clone();
         tokio::spawn(async move {
             for chunk in events.chunks(25) {
-                // A producer republishes what was not acked, with the same Nats-Msg-Id.
-                loop {
-                    let outgoing = produce::prepare_all(chunk, Mode::Binary).unwrap();
-                    // A publish caught by the crash may never be answered, and publish_all waits up to
-                    // 10 s for each ack in turn: bound the whole attempt.
-                    match tokio::time::timeout(Duration::from_secs(10), produce::publish_all(&js, outgoing))
-                        .await
-                    {
-                        Ok(report) if report.failed.is_empty() => break,
-                        Ok(report) => eprintln!(
-                            "producer retries {} events: {:?}",
-                            report.failed.len(),
-                            report.failed.first()
-                        ),
-                        Err(_) => eprintln!("producer retries a chunk whose acks never came"),
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+                publish_until_acked(&js, chunk, Duration::from_secs(10)).await;
                 tokio::time::sleep(Duration::from_millis(30)).await;
             }
         })
@@ -644,16 +646,7 @@ async fn a_frozen_server_under_load_never_wedges_ingest() {
                 if *done.borrow_and_update() {
                     break;
                 }
-                // A producer republishes what was not acked, with the same Nats-Msg-Id.
-                loop {
-                    let outgoing = produce::prepare_all(chunk, Mode::Binary).unwrap();
-                    match tokio::time::timeout(Duration::from_secs(5), produce::publish_all(&js, outgoing))
-                        .await
-                    {
-                        Ok(report) if report.failed.is_empty() => break,
-                        _ => tokio::time::sleep(Duration::from_millis(200)).await,
-                    }
-                }
+                publish_until_acked(&js, chunk, Duration::from_secs(5)).await;
                 sent += chunk.len();
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
