@@ -1,27 +1,48 @@
 //! The single-writer append to ATL_LEDGER.
 //!
 //! ```text
-//!  entries e1..en ──publish(expected_last = L, L+1, … L+n-1), pipelined──▶ ATL_LEDGER
-//!        │                                   all acked ─▶ confirmed = L+n
+//!  entries e1..en ─┬─ atomic (the stream has allow_atomic, ADR-50), ≤ 1,000 a batch, one batch at a time:
+//!                  │    e1: core request  Nats-Batch-Id, -Sequence 1, Nats-Expected-Last-Sequence = L ─▶ empty reply
+//!                  │    e2..e(n-1): publish  Nats-Batch-Id, -Sequence k
+//!                  │    en: publish        Nats-Batch-Id, -Sequence n, Nats-Batch-Commit ─▶ ack seq L+n
+//!                  └─ chained (no allow_atomic): publish(expected_last = L, L+1, … L+n-1), pipelined
+//!                                   all acked ─▶ confirmed = L+n
 //!        └─ any error or timeout ─▶ stop ─▶ read back L+1.. ─▶ match by leaf hash, in order
 //!                                     ├─ stored prefix = e1..ek: confirmed = L+k, re-append e(k+1)..
 //!                                     └─ a stored entry that is not ours: another writer ─▶ fail
 //! ```
 //!
-//! Every publish carries `Nats-Expected-Last-Sequence`, and every publish after the first of a
-//! pipeline also `Nats-Expected-Last-Msg-Id` naming its predecessor (each entry's `Nats-Msg-Id` is its
-//! leaf hash in hex). The sequence alone is not enough: if publish k fails and another writer appends
-//! one message, publish k+1's expected sequence matches again. The message-id chain makes every
-//! publish conditional on its own predecessor having landed, so a failed publish fails everything
-//! after it: the ledger never has gaps, reorders or interleavings, and the read-back tells exactly
-//! which entries landed. The first publish of a pipeline relies on the sequence alone, which the
-//! server keeps across restarts. Headers on ledger messages are informational; the payload is the
-//! entry's canonical bytes.
+//! **Atomic batches** (the default on a ledger `init` created): the server stores a whole batch at the
+//! expected position or none of it, checking `Nats-Expected-Last-Sequence` under the stream lock when
+//! the batch commits. The next batch starts only after this one's commit ack, so a failed batch is never
+//! followed by a later one that a second writer's append lined up again; after a failure the read-back
+//! finds either all of the batch or none of it. Batch messages carry no `Nats-Msg-Id` (ADR-50 fails a
+//! whole batch on one already in the duplicate window): the expected sequence and the read-back by
+//! leaf hash are what make a retry safe.
+//!
+//! **Chained publishes** (a ledger without `allow_atomic`, servers before 2.12): every publish carries
+//! `Nats-Expected-Last-Sequence`, and every publish after the first of a pipeline also
+//! `Nats-Expected-Last-Msg-Id` naming its predecessor (each entry's `Nats-Msg-Id` is its leaf hash in
+//! hex). The sequence alone is not enough: if publish k fails and another writer appends one message,
+//! publish k+1's expected sequence matches again. The message-id chain makes every publish conditional
+//! on its own predecessor having landed, so a failed publish fails everything after it. The first
+//! publish of a pipeline relies on the sequence alone, which the server keeps across restarts.
+//!
+//! Either way the ledger never has gaps, reorders or interleavings, and the read-back tells exactly
+//! which entries landed. Headers on ledger messages are informational; the payload is the entry's
+//! canonical bytes.
 
 use std::time::Duration;
 use toolledger_core::telemetry::ErrorChain;
 
-use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
+use async_nats::HeaderMap;
+use async_nats::header::{
+    NATS_BATCH_COMMIT, NATS_BATCH_COMMIT_FINAL, NATS_BATCH_ID, NATS_BATCH_SEQUENCE,
+    NATS_EXPECTED_LAST_SEQUENCE,
+};
+use async_nats::jetstream::{
+    self, ErrorCode, context::PublishErrorKind, message::PublishMessage, response::Response,
+};
 use bytes::Bytes;
 use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
 use toolledger_merkle::{Hash, leaf_hash};
@@ -33,6 +54,8 @@ use crate::{Error, Result};
 const MAX_ATTEMPTS: u32 = 5;
 /// How long to wait for a publish ack before treating the batch as failed and reconciling.
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most messages the server takes in one atomic batch (ADR-50's default limit).
+pub const MAX_ATOMIC_BATCH: usize = 1000;
 
 /// An entry ready to append: where it goes and its canonical bytes.
 #[derive(Debug, Clone)]
@@ -45,7 +68,7 @@ pub struct PendingEntry {
     pub leaf: Hash,
 }
 
-/// The `Nats-Msg-Id` of a ledger message: its leaf hash in lowercase hex.
+/// The `Nats-Msg-Id` of a ledger message in chained mode: its leaf hash in lowercase hex.
 pub fn ledger_msg_id(leaf: &Hash) -> String {
     leaf.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -58,21 +81,49 @@ impl PendingEntry {
     }
 }
 
+/// How an [`Appender`] lands entries; read off the stream's `allow_atomic` when it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendMode {
+    /// ADR-50 atomic batches of up to [`MAX_ATOMIC_BATCH`] entries, one batch in flight.
+    Atomic,
+    /// One conditional publish per entry, pipelined and chained by message id.
+    Chained,
+}
+
 /// Appends entries to the ledger stream as its only writer.
 pub struct Appender {
     js: jetstream::Context,
     stream: String,
     last_seq: u64,
+    mode: AppendMode,
+    /// Random per appender, so batch ids never repeat across writers or restarts.
+    batch_prefix: String,
+    batches: u64,
 }
 
 impl Appender {
-    /// An appender that continues after the stream's current last sequence.
+    /// An appender that continues after the stream's current last sequence, in atomic batches when
+    /// the stream allows them.
     pub async fn open(js: jetstream::Context, stream: &str) -> Result<Self> {
-        let last_seq = last_sequence(&js, stream).await?;
+        let handle = js
+            .get_stream(stream)
+            .await
+            .map_err(|e| Error::stream(stream, "opening", e))?;
+        let info = handle.cached_info();
+        let mode = if info.config.allow_atomic_publish {
+            AppendMode::Atomic
+        } else {
+            AppendMode::Chained
+        };
+        let mut nonce = [0u8; 12];
+        getrandom::fill(&mut nonce).map_err(|e| Error::stream(stream, "drawing a batch id", e))?;
         Ok(Self {
             js,
             stream: stream.to_owned(),
-            last_seq,
+            last_seq: info.state.last_sequence,
+            mode,
+            batch_prefix: nonce.iter().map(|b| format!("{b:02x}")).collect(),
+            batches: 0,
         })
     }
 
@@ -81,22 +132,40 @@ impl Appender {
         self.last_seq
     }
 
+    /// Whether this appender commits atomic batches or chains single publishes.
+    pub fn mode(&self) -> AppendMode {
+        self.mode
+    }
+
     /// Appends `entries` in order and returns the sequence each one got.
     ///
     /// On any publish failure the appender reads the ledger back, confirms what landed by leaf hash
     /// and appends the rest; it fails with [`Error::ForeignAppend`] if the ledger holds an entry it did
-    /// not write (another writer), and with the last publish error after repeated failures.
+    /// not write (another writer), and with the last publish error after repeated failures. A server
+    /// that refuses atomic batches (the stream's `allow_atomic` was turned off) moves the appender to
+    /// chained publishes.
     pub async fn append(&mut self, entries: &[PendingEntry]) -> Result<Vec<u64>> {
         let mut done = 0;
         let mut attempt = 0;
         while done < entries.len() {
             let rest = &entries[done..];
-            match self.publish_pipelined(rest).await {
-                Ok(()) => {
-                    self.last_seq += rest.len() as u64;
-                    done = entries.len();
+            let published = match self.mode {
+                AppendMode::Atomic => {
+                    let batch = &rest[..rest.len().min(MAX_ATOMIC_BATCH)];
+                    self.commit_batch(batch).await.map(|()| batch.len())
+                }
+                AppendMode::Chained => self.publish_pipelined(rest).await.map(|()| rest.len()),
+            };
+            match published {
+                Ok(n) => {
+                    self.last_seq += n as u64;
+                    done += n;
                 }
                 Err(error) => {
+                    if matches!(error, Error::AtomicRefused { .. }) {
+                        tracing::warn!(error = %error, stream = %self.stream, "appending with chained publishes from now on");
+                        self.mode = AppendMode::Chained;
+                    }
                     attempt += 1;
                     tracing::warn!(error = %ErrorChain(&error), attempt, last_seq = self.last_seq, "append failed; reconciling");
                     let landed = match self.reconcile(rest).await {
@@ -121,6 +190,71 @@ impl Appender {
         }
         let first = self.last_seq + 1 - entries.len() as u64;
         Ok((first..=self.last_seq).collect())
+    }
+
+    /// Lands `batch` (1..=[`MAX_ATOMIC_BATCH`] entries) right after the confirmed sequence, all of it
+    /// or nothing: the first message opens the batch as a request (the server answers it empty, or
+    /// with why it refuses), the ones after it are plain publishes, the last commits and is acked.
+    async fn commit_batch(&mut self, batch: &[PendingEntry]) -> Result<()> {
+        self.batches += 1;
+        let id = format!("{}-{}", self.batch_prefix, self.batches);
+        let first_seq = self.last_seq + 1;
+        let headers = |k: usize| {
+            let mut headers = HeaderMap::new();
+            headers.insert(NATS_BATCH_ID, id.as_str());
+            headers.insert(NATS_BATCH_SEQUENCE, (k + 1).to_string().as_str());
+            if k == 0 {
+                headers.insert(NATS_EXPECTED_LAST_SEQUENCE, self.last_seq.to_string().as_str());
+            }
+            if k + 1 == batch.len() {
+                headers.insert(NATS_BATCH_COMMIT, NATS_BATCH_COMMIT_FINAL);
+            }
+            headers
+        };
+        let client = self.js.client();
+        let (last, opening) = batch.split_last().expect("a batch has an entry");
+        if !opening.is_empty() {
+            let reply = client
+                .request_with_headers(opening[0].subject.clone(), headers(0), opening[0].bytes.clone())
+                .await
+                .map_err(|e| match e.kind() {
+                    async_nats::RequestErrorKind::TimedOut => Error::AppendTimedOut { seq: first_seq },
+                    _ => Error::Append {
+                        seq: first_seq,
+                        reason: e.to_string(),
+                    },
+                })?;
+            batch_opened(&reply.payload, first_seq)?;
+            for (k, entry) in opening.iter().enumerate().skip(1) {
+                client
+                    .publish_with_headers(entry.subject.clone(), headers(k), entry.bytes.clone())
+                    .await
+                    .map_err(|e| Error::Append {
+                        seq: first_seq + k as u64,
+                        reason: e.to_string(),
+                    })?;
+            }
+        }
+        let seq = self.last_seq + batch.len() as u64;
+        let commit = PublishMessage::build()
+            .payload(last.bytes.clone())
+            .headers(headers(batch.len() - 1));
+        let ack = self
+            .js
+            .send_publish(last.subject.clone(), commit)
+            .await
+            .map_err(|e| publish_error(seq, &e.kind(), &e))?;
+        let ack = tokio::time::timeout(ACK_TIMEOUT, ack.into_future())
+            .await
+            .map_err(|_| Error::AppendTimedOut { seq })?
+            .map_err(|e| publish_error(seq, &e.kind(), &e))?;
+        if ack.sequence != seq {
+            return Err(Error::UnexpectedSequence {
+                expected: seq,
+                actual: ack.sequence,
+            });
+        }
+        Ok(())
     }
 
     async fn publish_pipelined(&self, entries: &[PendingEntry]) -> Result<()> {
@@ -182,6 +316,39 @@ impl Appender {
         }
         tracing::info!(landed, last_seq = self.last_seq, "reconciled in-flight entries");
         Ok(landed)
+    }
+}
+
+/// What the reply to a batch's opening message says: empty when the batch is open. A server that
+/// refuses atomic batches answers with its error, and one that does not know them stores the message
+/// on its own and acks it; either way [`Error::AtomicRefused`], and the read-back finds what landed.
+fn batch_opened(reply: &[u8], seq: u64) -> Result<()> {
+    if reply.is_empty() {
+        return Ok(());
+    }
+    let refused = |reason: String| Error::AtomicRefused { seq, reason };
+    match serde_json::from_slice::<Response<jetstream::publish::PublishAck>>(reply) {
+        Ok(Response::Err { error }) if error.error_code() == ErrorCode::ATOMIC_PUBLISH_DISABLED => {
+            Err(refused(error.to_string()))
+        }
+        Ok(Response::Err { error }) if error.error_code() == ErrorCode::STREAM_WRONG_LAST_SEQUENCE => {
+            Err(Error::WrongLastSequence { seq })
+        }
+        Ok(Response::Err { error }) => Err(Error::Append {
+            seq,
+            reason: error.to_string(),
+        }),
+        Ok(Response::Ok(ack)) => Err(refused(format!(
+            "the server stored the batch's first message alone at seq {}",
+            ack.sequence
+        ))),
+        Err(_) => Err(Error::Append {
+            seq,
+            reason: format!(
+                "unreadable reply to a batch start: {}",
+                String::from_utf8_lossy(reply)
+            ),
+        }),
     }
 }
 

@@ -23,6 +23,15 @@ pub enum Error {
         /// The server's or client's reason.
         reason: String,
     },
+    /// The server refused an atomic batch (its stream has no `allow_atomic`, or it predates ADR-50);
+    /// the appender goes on with chained publishes.
+    #[error("ledger append at seq {seq}: atomic batch refused: {reason}")]
+    AtomicRefused {
+        /// The sequence the batch's first entry would have had.
+        seq: u64,
+        /// The server's answer.
+        reason: String,
+    },
     /// The server acked an entry at a sequence other than the expected one.
     #[error("ledger acked seq {actual}, expected {expected}")]
     UnexpectedSequence {

@@ -128,6 +128,7 @@ fn init_creates_the_whole_contract_then_verifies_it_and_keeps_the_key() {
         assert!(ledger.deny_delete && ledger.deny_purge);
         assert!(ledger.max_age.is_zero() && ledger.max_bytes <= 0 && ledger.max_messages <= 0);
         assert_eq!(ledger.duplicate_window, Duration::from_secs(120));
+        assert!(ledger.allow_atomic_publish, "ingest appends atomic batches");
         let leases = js.get_key_value(streams::LEASES_BUCKET).await.unwrap();
         assert_eq!(leases.status().await.unwrap().history(), 1);
         js.get_object_store("ATL_PAYLOADS_acme").await.unwrap();
@@ -211,6 +212,57 @@ fn init_and_check_contract_name_a_ledger_without_deny_purge() {
 fn init_and_check_contract_name_checkpoints_without_deny_purge() {
     assert_weakened_stream_refused(streams::CHECKPOINTS, "deny_purge", &["deny_purge"], |c| {
         c.deny_purge = false;
+    });
+}
+
+#[test]
+fn init_turns_on_atomic_batches_for_a_ledger_made_without_them() {
+    let nats = NatsFixture::start();
+    let url = nats.url();
+    let data = tempfile::tempdir().unwrap();
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url]);
+    assert!(ok, "init failed\n{out}\n{err}");
+    let rt = runtime();
+    rt.block_on(async {
+        let js = jetstream::new(nats.client().await);
+        let mut config = js
+            .get_stream(streams::LEDGER)
+            .await
+            .unwrap()
+            .cached_info()
+            .config
+            .clone();
+        config.allow_atomic_publish = false;
+        js.update_stream(config).await.unwrap();
+        // Slower, not weaker: the contract check passes, the shortfall is what doctor warns about.
+        assert_eq!(streams::check_contract(&js).await, []);
+        let lacking = streams::check_shortfalls(&js).await;
+        assert_eq!(lacking.len(), 1, "{lacking:?}");
+        assert_eq!(
+            (lacking[0].stream.as_str(), lacking[0].field.as_str()),
+            (streams::LEDGER, "allow_atomic")
+        );
+    });
+
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url]);
+    assert!(ok, "init failed\n{out}\n{err}");
+    assert!(
+        out.contains(&format!(
+            "stream ATL_LEDGER at {url} exists and meets the contract; turned on allow_atomic"
+        )),
+        "{out}"
+    );
+    rt.block_on(async {
+        let js = jetstream::new(nats.client().await);
+        assert_eq!(streams::check_shortfalls(&js).await, []);
+        let ledger = js
+            .get_stream(streams::LEDGER)
+            .await
+            .unwrap()
+            .cached_info()
+            .config
+            .clone();
+        assert!(ledger.allow_atomic_publish && ledger.deny_delete && ledger.deny_purge);
     });
 }
 

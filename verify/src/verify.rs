@@ -366,6 +366,9 @@ pub struct Report {
     pub payloads_erased: u64,
     /// Everything wrong, in the order found.
     pub findings: Vec<Finding>,
+    /// What costs speed and not safety (a ledger stream without atomic batches); never fails the
+    /// verification.
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -463,9 +466,15 @@ pub(crate) async fn trusted_checkpoints(
 /// The live configurations of the ledger and checkpoint streams against DESIGN §2, through the
 /// contract's own comparison ([`streams::weaknesses`]). A stream under another name (a partition or
 /// a copy) is held to the same rules on its own subjects.
-async fn stream_config_findings(js: &jetstream::Context, ledger: &str, checkpoints: &str) -> Vec<Finding> {
+/// Also returns, as notes, what the live streams lack that only costs speed ([`streams::shortfalls`]).
+async fn stream_config_findings(
+    js: &jetstream::Context,
+    ledger: &str,
+    checkpoints: &str,
+) -> (Vec<Finding>, Vec<String>) {
     let settings = streams::ContractSettings::default();
     let mut found = Vec::new();
+    let mut notes = Vec::new();
     for (name, mut wanted, default_name) in [
         (ledger, streams::ledger_config(&settings), LEDGER),
         (checkpoints, streams::checkpoints_config(&settings), CHECKPOINTS),
@@ -486,6 +495,11 @@ async fn stream_config_findings(js: &jetstream::Context, ledger: &str, checkpoin
             wanted.name = name.to_owned();
             wanted.subjects = live.subjects.clone();
         }
+        notes.extend(
+            streams::shortfalls(&live, &wanted)
+                .iter()
+                .map(ToString::to_string),
+        );
         found.extend(
             streams::weaknesses(&live, &wanted)
                 .into_iter()
@@ -497,7 +511,7 @@ async fn stream_config_findings(js: &jetstream::Context, ledger: &str, checkpoin
                 }),
         );
     }
-    found
+    (found, notes)
 }
 
 /// The first ledger sequence a tile covers, from its object path.
@@ -542,8 +556,11 @@ pub async fn verify_ledger(
 ) -> Result<Report> {
     let (trusted, mut findings, checkpoints) =
         trusted_checkpoints(js, checkpoint_stream, verifiers, options.origin.as_deref()).await?;
+    let mut notes = Vec::new();
     if options.check_stream_configs {
-        findings.extend(stream_config_findings(js, stream, checkpoint_stream).await);
+        let (found, noted) = stream_config_findings(js, stream, checkpoint_stream).await;
+        findings.extend(found);
+        notes = noted;
     }
 
     // Tiles are trusted for locating entries only once the newest signed root vouches for them.
@@ -727,6 +744,7 @@ pub async fn verify_ledger(
         payloads_checked,
         payloads_erased,
         findings,
+        notes,
     })
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, stream};
 use bytes::Bytes;
-use toolledger_ingest::append::{Appender, PendingEntry};
+use toolledger_ingest::append::{AppendMode, Appender, MAX_ATOMIC_BATCH, PendingEntry};
 use toolledger_ingest::lease::{LEASE_BUCKET, Lease};
 use toolledger_ingest::{Error, Result};
 use toolledger_ledger::read_range;
@@ -12,17 +12,29 @@ use toolledger_testkit::NatsFixture;
 
 const LEDGER: &str = "TEST_LEDGER";
 
-async fn ledger_stream(js: &jetstream::Context) {
+/// A ledger-like stream, taking atomic batches or not; every appender test runs on both.
+async fn ledger_stream(js: &jetstream::Context, mode: AppendMode) {
     js.create_stream(stream::Config {
         name: LEDGER.to_owned(),
         subjects: vec!["test.ledger.>".to_owned()],
         storage: stream::StorageType::File,
         deny_delete: true,
         deny_purge: true,
+        allow_atomic_publish: mode == AppendMode::Atomic,
         ..Default::default()
     })
     .await
     .unwrap();
+}
+
+async fn open(js: &jetstream::Context, mode: AppendMode) -> Appender {
+    let appender = Appender::open(js.clone(), LEDGER).await.unwrap();
+    assert_eq!(
+        appender.mode(),
+        mode,
+        "the appender follows the stream's allow_atomic"
+    );
+    appender
 }
 
 fn entries(tag: &str, n: usize) -> Vec<PendingEntry> {
@@ -48,73 +60,121 @@ async fn stored(js: &jetstream::Context) -> Vec<Bytes> {
 
 #[tokio::test]
 async fn a_batch_lands_in_order_with_consecutive_sequences() {
-    let nats = NatsFixture::start();
-    let js = jetstream::new(nats.client().await);
-    ledger_stream(&js).await;
-    let mut appender = Appender::open(js.clone(), LEDGER).await.unwrap();
-    let batch = entries("a", 200);
-    assert_eq!(
-        appender.append(&batch).await.unwrap(),
-        (1..=200).collect::<Vec<u64>>()
-    );
-    let more = entries("b", 3);
-    assert_eq!(appender.append(&more).await.unwrap(), vec![201, 202, 203]);
-    let all: Vec<Bytes> = batch.iter().chain(&more).map(|e| e.bytes.clone()).collect();
-    assert_eq!(stored(&js).await, all);
+    for mode in [AppendMode::Atomic, AppendMode::Chained] {
+        let nats = NatsFixture::start();
+        let js = jetstream::new(nats.client().await);
+        ledger_stream(&js, mode).await;
+        let mut appender = open(&js, mode).await;
+        // More than one atomic batch holds, a single entry, and a few.
+        let batch = entries("a", MAX_ATOMIC_BATCH + 200);
+        assert_eq!(
+            appender.append(&batch).await.unwrap(),
+            (1..=batch.len() as u64).collect::<Vec<u64>>()
+        );
+        let one = entries("b", 1);
+        let n = batch.len() as u64;
+        assert_eq!(appender.append(&one).await.unwrap(), vec![n + 1]);
+        let more = entries("c", 3);
+        assert_eq!(appender.append(&more).await.unwrap(), vec![n + 2, n + 3, n + 4]);
+        let all: Vec<Bytes> = batch
+            .iter()
+            .chain(&one)
+            .chain(&more)
+            .map(|e| e.bytes.clone())
+            .collect();
+        assert_eq!(stored(&js).await, all, "{mode:?}");
+    }
 }
 
 #[tokio::test]
 async fn a_second_writer_is_detected_not_interleaved() {
+    for mode in [AppendMode::Atomic, AppendMode::Chained] {
+        let nats = NatsFixture::start();
+        let js = jetstream::new(nats.client().await);
+        ledger_stream(&js, mode).await;
+        let mut first = open(&js, mode).await;
+        first.append(&entries("first", 5)).await.unwrap();
+        let mut second = open(&js, mode).await;
+        second.append(&entries("second", 2)).await.unwrap();
+        let err = first.append(&entries("late", 3)).await.unwrap_err();
+        assert!(matches!(err, Error::ForeignAppend { seq: 6 }), "{mode:?}: {err}");
+        // Nothing of the refused batch reached the ledger.
+        assert_eq!(stored(&js).await.len(), 7, "{mode:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_ledger_that_stops_taking_atomic_batches_gets_chained_publishes() {
     let nats = NatsFixture::start();
     let js = jetstream::new(nats.client().await);
-    ledger_stream(&js).await;
-    let mut first = Appender::open(js.clone(), LEDGER).await.unwrap();
-    first.append(&entries("first", 5)).await.unwrap();
-    let mut second = Appender::open(js.clone(), LEDGER).await.unwrap();
-    second.append(&entries("second", 2)).await.unwrap();
-    let err = first.append(&entries("late", 3)).await.unwrap_err();
-    assert!(matches!(err, Error::ForeignAppend { seq: 6 }), "{err}");
-    // Nothing of the refused batch reached the ledger.
-    assert_eq!(stored(&js).await.len(), 7);
+    ledger_stream(&js, AppendMode::Atomic).await;
+    let mut appender = open(&js, AppendMode::Atomic).await;
+    appender.append(&entries("a", 10)).await.unwrap();
+    let mut config = js.get_stream(LEDGER).await.unwrap().cached_info().config.clone();
+    config.allow_atomic_publish = false;
+    js.update_stream(config).await.unwrap();
+    assert_eq!(
+        appender.append(&entries("b", 10)).await.unwrap(),
+        (11..=20).collect::<Vec<u64>>()
+    );
+    assert_eq!(appender.mode(), AppendMode::Chained);
+    let all: Vec<Bytes> = entries("a", 10)
+        .iter()
+        .chain(&entries("b", 10))
+        .map(|e| e.bytes.clone())
+        .collect();
+    assert_eq!(stored(&js).await, all);
 }
 
 #[tokio::test]
 async fn a_server_crash_mid_batch_loses_and_duplicates_nothing() {
-    let mut nats = NatsFixture::start();
-    let client = async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connect(nats.url())
-        .await
-        .unwrap();
-    let js = jetstream::new(client);
-    ledger_stream(&js).await;
-    let batch = entries("crash", 3000);
-    let task = {
-        let js = js.clone();
-        let batch = batch.clone();
-        tokio::spawn(async move {
-            let mut appender = Appender::open(js, LEDGER).await?;
-            let mut seqs = Vec::new();
-            for chunk in batch.chunks(100) {
-                seqs.extend(appender.append(chunk).await?);
+    for mode in [AppendMode::Atomic, AppendMode::Chained] {
+        let mut nats = NatsFixture::start();
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect(nats.url())
+            .await
+            .unwrap();
+        let js = jetstream::new(client);
+        ledger_stream(&js, mode).await;
+        const TOTAL: u64 = 20_000;
+        let batch = entries("crash", TOTAL as usize);
+        let task = {
+            let js = js.clone();
+            let batch = batch.clone();
+            tokio::spawn(async move {
+                let mut appender = Appender::open(js, LEDGER).await?;
+                let mut seqs = Vec::new();
+                for chunk in batch.chunks(256) {
+                    seqs.extend(appender.append(chunk).await?);
+                }
+                Result::<Vec<u64>>::Ok(seqs)
+            })
+        };
+        // Kill the server once appends are well under way, so the crash lands mid-stream.
+        let at_kill = loop {
+            let tail = toolledger_ledger::last_sequence(&js, LEDGER).await.unwrap();
+            if tail >= 1000 {
+                break tail;
             }
-            Result::<Vec<u64>>::Ok(seqs)
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        assert!(at_kill < TOTAL, "{mode:?}: the appends finished before the crash");
+        let nats = tokio::task::spawn_blocking(move || {
+            nats.kill_and_restart();
+            nats
         })
-    };
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let _nats = tokio::task::spawn_blocking(move || {
-        nats.kill_and_restart();
-        nats
-    })
-    .await
-    .unwrap();
-    let seqs = tokio::time::timeout(Duration::from_secs(120), task)
         .await
-        .expect("append finished")
         .unwrap();
-    assert_eq!(seqs.unwrap(), (1..=3000).collect::<Vec<u64>>());
-    let all: Vec<Bytes> = batch.iter().map(|e| e.bytes.clone()).collect();
-    assert_eq!(stored(&js).await, all);
+        let seqs = tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("append finished")
+            .unwrap();
+        assert_eq!(seqs.unwrap(), (1..=TOTAL).collect::<Vec<u64>>(), "{mode:?}");
+        let all: Vec<Bytes> = batch.iter().map(|e| e.bytes.clone()).collect();
+        assert_eq!(stored(&js).await, all, "{mode:?}");
+        drop(nats);
+    }
 }
 
 async fn lease_bucket(js: &jetstream::Context) -> kv::Store {

@@ -54,9 +54,10 @@ pub const LEASES_STREAM: &str = "KV_ATL_LEASES";
 pub const REPLICAS_METADATA: &str = "toolledger.replicas";
 /// How long quarantined messages are kept unless configured otherwise.
 pub const DEFAULT_QUARANTINE_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
-/// Duplicate window of the ledger, checkpoint and quarantine streams. Ingest sets `Nats-Msg-Id` (the
-/// leaf hash) on every ledger message and chains appends with `Nats-Expected-Last-Msg-Id`, which
-/// needs the previous id inside the window; its retries happen within seconds.
+/// Duplicate window of the ledger, checkpoint and quarantine streams. On a ledger without atomic
+/// batches ingest sets `Nats-Msg-Id` (the leaf hash) on every ledger message and chains appends with
+/// `Nats-Expected-Last-Msg-Id`, which needs the previous id inside the window; its retries happen
+/// within seconds.
 pub const WRITER_DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
 
 /// Object store bucket where a tenant's producers upload payloads larger than a NATS message.
@@ -160,14 +161,18 @@ fn immutable_config(name: &str, description: &str, subject: &str, replicas: usiz
     }
 }
 
-/// The ATL_LEDGER stream configuration: immutable, unlimited, deduplicating on the leaf hash.
+/// The ATL_LEDGER stream configuration: immutable, unlimited, taking atomic batches (ADR-50), so
+/// ingest lands a batch of entries at the expected position or not at all.
 pub fn ledger_config(settings: &ContractSettings) -> stream::Config {
-    immutable_config(
-        LEDGER,
-        "toolledger ledger, the source of truth: atl.ledger.<tenant>.<event class>",
-        LEDGER_SUBJECTS,
-        settings.replicas,
-    )
+    stream::Config {
+        allow_atomic_publish: true,
+        ..immutable_config(
+            LEDGER,
+            "toolledger ledger, the source of truth: atl.ledger.<tenant>.<event class>",
+            LEDGER_SUBJECTS,
+            settings.replicas,
+        )
+    }
 }
 
 /// The ATL_CHECKPOINTS stream configuration: immutable, unlimited.
@@ -437,6 +442,24 @@ pub fn weaknesses(live: &stream::Config, wanted: &stream::Config) -> Vec<Finding
     found
 }
 
+/// What `live` lacks of `wanted` that costs speed and not safety: atomic batches (`allow_atomic`),
+/// without which ingest appends with one chained publish per entry. Not a weakness: a server before
+/// 2.12 has no such setting, and the chained path keeps every guarantee. `init` turns it on for a
+/// ledger that lacks it; `doctor` and `verify` report it.
+pub fn shortfalls(live: &stream::Config, wanted: &stream::Config) -> Vec<Finding> {
+    let mut found = Vec::new();
+    if wanted.allow_atomic_publish && !live.allow_atomic_publish {
+        found.push(Finding::new(
+            &live.name,
+            "allow_atomic",
+            "false",
+            "true (ingest appends atomic batches; without them one chained publish per entry, \
+             slower; needs nats-server 2.12+, then `toolledger init` as admin turns it on)",
+        ));
+    }
+    found
+}
+
 fn first_weakness(live: &stream::Config, wanted: &stream::Config) -> Result<()> {
     match weaknesses(live, wanted).into_iter().next() {
         Some(finding) => Err(finding.into()),
@@ -503,6 +526,12 @@ pub enum Ensured {
     Created,
     /// It existed and its configuration meets the contract.
     Verified,
+    /// It existed and met the contract; what it lacked that only costs speed was turned on (the
+    /// field names, e.g. `allow_atomic`).
+    Upgraded(String),
+    /// It existed and meets the contract, but lacks what only costs speed and could not be given it
+    /// (an older server, or no permission to update it): why.
+    Lacking(String),
 }
 
 /// What kind of JetStream object a part of the contract is.
@@ -643,6 +672,16 @@ pub async fn check_contract_with(js: &jetstream::Context, settings: &ContractSet
     found
 }
 
+/// What the live ledger lacks that only costs speed ([`shortfalls`]), for `doctor`; nothing when it
+/// cannot be read (that is [`check_contract`]'s finding).
+pub async fn check_shortfalls(js: &jetstream::Context) -> Vec<Finding> {
+    let wanted = ledger_config(&ContractSettings::default());
+    match live_config(js, LEDGER).await {
+        Ok(Some(live)) => shortfalls(&live, &wanted),
+        _ => Vec::new(),
+    }
+}
+
 fn missing(name: &str) -> Finding {
     Finding::new(name, "stream", "missing", "present (run toolledger init)")
 }
@@ -669,7 +708,27 @@ async fn ensure_stream(
     match live_config(js, &name).await? {
         Some(live) => {
             check(&live, &wanted)?;
-            Ok(Ensured::Verified)
+            let lacking = shortfalls(&live, &wanted);
+            if lacking.is_empty() {
+                return Ok(Ensured::Verified);
+            }
+            let fields = lacking
+                .iter()
+                .map(|f| f.field.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            // Only turns on what `shortfalls` names: nothing a stronger contract check would catch.
+            let upgraded = stream::Config {
+                allow_atomic_publish: live.allow_atomic_publish || wanted.allow_atomic_publish,
+                ..live
+            };
+            Ok(match js.update_stream(upgraded).await {
+                Ok(info) if shortfalls(&info.config, &wanted).is_empty() => Ensured::Upgraded(fields),
+                Ok(_) => Ensured::Lacking(format!(
+                    "{fields}: the server does not keep it (atomic batches need nats-server 2.12+)"
+                )),
+                Err(error) => Ensured::Lacking(format!("{fields}: updating {name} failed: {error}")),
+            })
         }
         None => {
             js.create_stream(wanted)

@@ -158,6 +158,20 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
 async fn contract(js: &jetstream::Context) -> Check {
     let findings = streams::check_contract(js).await;
     if findings.is_empty() {
+        let lacking = streams::check_shortfalls(js).await;
+        if !lacking.is_empty() {
+            let detail = lacking
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
+            return check(
+                "streams",
+                Status::Warn,
+                detail,
+                Some("on nats-server 2.12+, run `toolledger init` as admin to turn on atomic batches"),
+            );
+        }
         return check(
             "streams",
             Status::Ok,

@@ -80,6 +80,15 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
                 "{} {} at {url} exists and meets the contract; left unchanged",
                 part.kind, part.name
             )),
+            Ensured::Upgraded(fields) => say(&format!(
+                "{} {} at {url} exists and meets the contract; turned on {fields}",
+                part.kind, part.name
+            )),
+            Ensured::Lacking(why) => say(&format!(
+                "{} {} at {url} exists and meets the contract, but lacks {why}; ingest appends \
+                 with chained publishes, slower",
+                part.kind, part.name
+            )),
         }
     }
 

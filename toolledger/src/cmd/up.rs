@@ -98,9 +98,11 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         url_of(metrics_addr, "/healthz")
     ));
     for part in ensure_contract(&jetstream, &ContractSettings::default()).await? {
-        let done = match part.outcome {
-            Ensured::Created => "created",
-            Ensured::Verified => "verified",
+        let done = match &part.outcome {
+            Ensured::Created => "created".to_owned(),
+            Ensured::Verified => "verified".to_owned(),
+            Ensured::Upgraded(fields) => format!("verified (turned on {fields})"),
+            Ensured::Lacking(why) => format!("verified (lacks {why})"),
         };
         say(&format!("{done} {} {}", part.kind, part.name));
     }

@@ -157,6 +157,9 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             "toolledger verify: {} payload commitments checked ({} erased)",
             report.payloads_checked, report.payloads_erased
         );
+        for note in &report.notes {
+            println!("toolledger verify: note {note}");
+        }
         for finding in report.findings.iter().take(MAX_PRINTED) {
             println!("toolledger verify: BAD {finding}");
         }
