@@ -30,7 +30,9 @@ use std::time::Instant;
 use report::{Report, Section};
 
 /// Every suite, in the order a full run takes them.
-pub const SUITES: [&str; 7] = ["ingest", "latency", "rebuild", "export", "verify", "bulk", "soak"];
+pub const SUITES: [&str; 8] = [
+    "ingest", "latency", "poison", "rebuild", "export", "verify", "bulk", "soak",
+];
 
 /// What to run and how big.
 #[derive(Debug, Clone)]
@@ -140,6 +142,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         let mut section: Section = match *suite {
             "ingest" => pipeline::ingest(&options).await?,
             "latency" => pipeline::latency(&options).await?,
+            "poison" => pipeline::poison(&options).await?,
             "soak" => pipeline::soak(&options).await?,
             "rebuild" => offline::rebuild(&options).await?,
             "export" => offline::export(&options).await?,

@@ -46,6 +46,7 @@ const SEED_WARMUP: u64 = 500_000;
 const SEED_LOADS: u64 = 1_000_000;
 const SEED_SATURATION: u64 = 50_000_000;
 const SEED_SOAK: u64 = 100_000_000;
+const SEED_POISON: u64 = 200_000_000;
 /// Seeds reserved per latency load and per soak segment.
 const SEED_STRIDE: u64 = 1_000_000;
 
@@ -287,12 +288,14 @@ async fn relay(js: &jetstream::Context, count: usize) -> anyhow::Result<Duration
         ..streams::ledger_config(&streams::ContractSettings::default())
     })
     .await?;
+    // Ingest's own batch size and window of unacked batches.
+    let batch = IngestSettings::new(Path::new(".")).batch_size;
     let inbound = js.get_stream(INBOUND).await?;
     let consumer = inbound
         .create_consumer(pull::Config {
             durable_name: Some("relay".into()),
             ack_policy: jetstream::consumer::AckPolicy::Explicit,
-            max_ack_pending: 2048,
+            max_ack_pending: i64::try_from(batch * 8)?,
             ..Default::default()
         })
         .await?;
@@ -302,7 +305,7 @@ async fn relay(js: &jetstream::Context, count: usize) -> anyhow::Result<Duration
     let fetch = async move {
         let mut fetched = 0;
         while fetched < count {
-            let mut batch = consumer.fetch().max_messages(256).messages().await?;
+            let mut batch = consumer.fetch().max_messages(batch).messages().await?;
             let mut messages = Vec::new();
             while let Some(message) = batch.next().await {
                 messages.push(message.map_err(|e| anyhow::anyhow!("relay fetch: {e}"))?);
@@ -540,7 +543,7 @@ pub async fn latency(options: &Options) -> anyhow::Result<Section> {
     section.notes.extend(notes);
     let mut at_target = None;
     for (load, figures) in scale.loads.iter().zip(per_load) {
-        let ids = figures.add_to(&mut section, *load);
+        let ids = figures.add_to(&mut section, "latency", *load, "");
         let distance = load.abs_diff(LATENCY_TARGET_LOAD);
         if at_target.as_ref().is_none_or(|(d, _, _)| distance < *d) {
             at_target = Some((distance, *load, ids));
@@ -634,6 +637,192 @@ pub async fn latency(options: &Options) -> anyhow::Result<Section> {
     Ok(section)
 }
 
+/// The tenant whose producer sends the poison; none of the generated workload's tenants.
+const POISON_TENANT: &str = "hostile";
+/// The other tenants' offered load while the poison comes in, events/s.
+const POISON_LOAD: u64 = 1_000;
+/// The bound the issue sets on the other tenants' p99 while one tenant sends poison, ms.
+const POISON_TARGET_MS: f64 = 100.0;
+/// How long the poison may take to reach the quarantine after the last one was sent.
+const QUARANTINE_BOUND: Duration = Duration::from_secs(30);
+/// The two header blocks that break a NATS client: invalid UTF-8 in a value, a bare CR.
+const POISON_BLOCKS: [&[u8]; 2] = [
+    b"NATS/1.0\r\nce-id: \xff\xfe\r\n\r\n",
+    b"NATS/1.0\r\nce-id: a\rb\r\n\r\n",
+];
+
+/// One tenant's producer sends a malformed header block every second while the generated tenants
+/// send at 1,000 events/s: their publish ─▶ queryable latency, and whether every poison message
+/// reached the quarantine with its reason.
+pub async fn poison(options: &Options) -> anyhow::Result<Section> {
+    let secs = options.scale.load_secs;
+    let drain = drain_bound(secs);
+    let mut figures = LoadFigures::default();
+    let (mut sent_poison, mut quarantined) = (vec![], vec![]);
+    let mut notes = Vec::new();
+    for run in 0..options.runs {
+        let pipeline = Pipeline::start(options, false).await?;
+        let events = workload::events(
+            usize::try_from(POISON_LOAD * secs)?,
+            SEED_POISON + SEED_STRIDE * run as u64,
+        );
+        let outgoing = prepare(&events)?;
+        drop(events);
+        notes.extend(pipeline.wait_idle().await?);
+        eprintln!(
+            "bench: poison run {}/{}: {POISON_LOAD} events/s for {secs} s, tenant {POISON_TENANT} \
+             sending a malformed header block every second …",
+            run + 1,
+            options.runs
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let poisoner = {
+            let url = pipeline.server.url();
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || send_poison_every_second(&url, &stop))
+        };
+        let outcome = pipeline.offer(outgoing, Some(POISON_LOAD as f64), drain).await;
+        stop.store(true, Ordering::Relaxed);
+        let sent = poisoner
+            .join()
+            .map_err(|_| anyhow::anyhow!("the poison sender panicked"))??;
+        let outcome = outcome?;
+        let landed = wait_quarantined(&pipeline.js, sent).await?;
+        eprintln!(
+            "bench: poison run {}/{}: others' p50 {:.1} ms, p99 {:.1} ms, {} not queryable; \
+             {landed} of {sent} poison messages quarantined",
+            run + 1,
+            options.runs,
+            outcome.latency_ms(0.5),
+            outcome.latency_ms(0.99),
+            outcome.missed,
+        );
+        figures.push(&outcome);
+        sent_poison.push(sent as f64);
+        quarantined.push(landed as f64);
+        pipeline.stop().await?;
+    }
+
+    let mut section = Section::new(
+        "poison",
+        "One tenant's poison beside the others' latency",
+        format!(
+            "Per run: the latency suite's pipeline (a fresh nats-server, `toolledger init`, then \
+             `toolledger ingest` and `toolledger project` as separate processes). The generated \
+             tenants offer {POISON_LOAD} events/s for {secs} s (open loop, as in the latency suite) \
+             while tenant `{POISON_TENANT}`'s producer publishes, once a second over a raw socket, a \
+             message whose header block breaks a NATS client — invalid UTF-8 in a header value and a \
+             bare CR, in turn. Latency is the other tenants' publish ─▶ queryable, measured as in the \
+             latency suite. Afterwards the bench waits (at most {bound} s) for every poison message to \
+             reach ATL_QUARANTINE under `atl.quarantine.{POISON_TENANT}.poison_message`.",
+            bound = QUARANTINE_BOUND.as_secs()
+        ),
+    );
+    section.notes.extend(notes);
+    let ids = figures.add_to(&mut section, "poison", POISON_LOAD, " beside the poison");
+    section.figure(Figure::new(
+        "poison.sent",
+        "poison messages sent",
+        "messages",
+        Better::Higher,
+        sent_poison,
+    ));
+    section.figure(Figure::new(
+        "poison.quarantined",
+        "of those, quarantined as poison_message",
+        "messages",
+        Better::Higher,
+        quarantined,
+    ));
+    let p99 = figure_median(&section, &ids.p99);
+    let to_ingest = figure_median(&section, &ids.to_ingest_p99);
+    let after = figure_median(&section, &ids.after_ingest_p99);
+    section.targets.push(
+        TargetCheck::new(
+            "others' p99 ≤ 100 ms while one tenant sends poison",
+            &ids.p99,
+            p99,
+            "ms",
+            Bound::AtMost,
+            POISON_TARGET_MS,
+        )
+        .explain_miss(format!(
+            "{to_ingest:.0} ms of the p99 is spent before ingest picks an event up and {after:.0} ms \
+             after it; compare the latency suite at the same load without poison."
+        )),
+    );
+    Ok(section)
+}
+
+/// Sends one poison message a second (the first at once) until `stop`; returns how many were sent.
+fn send_poison_every_second(url: &str, stop: &AtomicBool) -> anyhow::Result<usize> {
+    use std::io::{BufRead, BufReader, Write};
+    let addr = url.trim_start_matches("nats://");
+    let socket = std::net::TcpStream::connect(addr)?;
+    let mut reader = BufReader::new(socket.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    anyhow::ensure!(line.starts_with("INFO"), "the server greeted with {line:?}");
+    let mut writer = socket;
+    writer
+        .write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}\r\n")?;
+    let subject = format!("atl.in.{POISON_TENANT}.agenttool.invocation.started");
+    let body = b"{}";
+    let mut sent = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let block = POISON_BLOCKS[sent % POISON_BLOCKS.len()];
+        write!(
+            writer,
+            "HPUB {subject} {} {}\r\n",
+            block.len(),
+            block.len() + body.len()
+        )?;
+        writer.write_all(block)?;
+        writer.write_all(body)?;
+        writer.write_all(b"\r\nPING\r\n")?;
+        // The server may send an updated INFO or its own PING at any time; our PONG says the
+        // message was taken.
+        loop {
+            line.clear();
+            reader.read_line(&mut line)?;
+            if line.starts_with("PONG") {
+                break;
+            }
+            if line.starts_with("PING") {
+                writer.write_all(b"PONG\r\n")?;
+                continue;
+            }
+            anyhow::ensure!(line.starts_with("INFO"), "the server answered {line:?}");
+        }
+        sent += 1;
+        let next = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < next && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(sent)
+}
+
+/// Waits (at most [`QUARANTINE_BOUND`]) until `sent` poison messages are in the quarantine under
+/// their reason; returns how many are.
+async fn wait_quarantined(js: &jetstream::Context, sent: usize) -> anyhow::Result<usize> {
+    let subject = format!("atl.quarantine.{POISON_TENANT}.poison_message");
+    let deadline = Instant::now() + QUARANTINE_BOUND;
+    loop {
+        let stream = js.get_stream(streams::QUARANTINE).await?;
+        let mut subjects = stream.info_with_subjects(&subject).await?;
+        let mut landed = 0;
+        while let Some(entry) = subjects.next().await {
+            let (_, count) = entry?;
+            landed += count;
+        }
+        if landed >= sent || Instant::now() >= deadline {
+            return Ok(landed);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// How long after the last send a load's events may take to become queryable.
 fn drain_bound(load_secs: u64) -> Duration {
     Duration::from_secs(load_secs.max(5))
@@ -680,12 +869,13 @@ impl LoadFigures {
         self.missed.push(outcome.missed as f64);
     }
 
-    fn add_to(self, section: &mut Section, load: u64) -> LoadIds {
-        let id = |what: &str| format!("latency.{load}.{what}");
+    /// Adds the figures as `<prefix>.<load>.<what>`, titled "… at <load> events/s<context>".
+    fn add_to(self, section: &mut Section, prefix: &str, load: u64, context: &str) -> LoadIds {
+        let id = |what: &str| format!("{prefix}.{load}.{what}");
         let ms = |section: &mut Section, what: &str, title: &str, runs: Vec<f64>| {
             section.figure(Figure::new(
                 &id(what),
-                &format!("{title} at {load} events/s"),
+                &format!("{title} at {load} events/s{context}"),
                 "ms",
                 Better::Lower,
                 runs,
@@ -709,14 +899,14 @@ impl LoadFigures {
         );
         section.figure(Figure::new(
             &id("rate"),
-            &format!("achieved offer at {load} events/s"),
+            &format!("achieved offer at {load} events/s{context}"),
             "events/s",
             Better::Higher,
             self.rate,
         ));
         section.figure(Figure::new(
             &id("missed"),
-            &format!("events not queryable within the bound at {load} events/s"),
+            &format!("events not queryable within the bound at {load} events/s{context}"),
             "events",
             Better::Lower,
             self.missed,

@@ -10,10 +10,19 @@
 //! identity and recorded `content_digest` are stored with the ledger position in one transaction,
 //! and on start the index catches up from its position to the ledger's tail, so a crash between an
 //! append and the index update loses nothing. Deleting the file rebuilds it from the ledger.
+//!
+//! Commits are grouped: batches are recorded into one open transaction, committed every
+//! [`COMMIT_ROWS`] identities or [`COMMIT_AFTER`], on [`IdentityIndex::flush`] and when the index is
+//! dropped. Lookups use the same connection, so they see what is recorded but not yet committed.
+//! Identity keys are hashes, so each insert lands on a random page of the B-tree: a commit per batch
+//! wrote nearly every page a batch touched to the WAL again (the profile put ~11 % of ingest's CPU
+//! there); a group commit writes a page once however many batches touched it. A crash loses at most
+//! the uncommitted group, position included, which the catch-up on start reads again from the ledger.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, params};
@@ -46,9 +55,16 @@ pub struct Recorded {
     pub seq: u64,
 }
 
+/// Identities recorded in one transaction before it is committed.
+pub const COMMIT_ROWS: usize = 8192;
+/// The longest a recorded identity waits for its commit while batches keep coming.
+pub const COMMIT_AFTER: Duration = Duration::from_secs(1);
+
 /// The identity index in SQLite.
 pub struct IdentityIndex {
     conn: Connection,
+    /// When the open transaction began, and how many identities it holds; `None` when none is open.
+    open: Option<(Instant, usize)>,
 }
 
 fn sql(context: &str) -> impl Fn(rusqlite::Error) -> Error + '_ {
@@ -68,6 +84,8 @@ impl IdentityIndex {
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
+             -- A group of random-key inserts stays in memory until its commit (16 MiB).
+             PRAGMA cache_size = -16384;
              CREATE TABLE IF NOT EXISTS identities (
                  key BLOB PRIMARY KEY,   -- IdentityKey
                  digest BLOB NOT NULL,   -- content digest of the first entry
@@ -80,7 +98,7 @@ impl IdentityIndex {
              INSERT OR IGNORE INTO position (id, seq) VALUES (1, 0);",
         )
         .map_err(sql("schema"))?;
-        Ok(Self { conn })
+        Ok(Self { conn, open: None })
     }
 
     /// The last ledger sequence the index covers.
@@ -123,15 +141,26 @@ impl IdentityIndex {
         Ok(found)
     }
 
-    /// Records `entries` (key, digest, seq) and moves the position to `position`, in one transaction.
-    /// An identity already recorded keeps its first entry.
+    /// Records `entries` (key, digest, seq) and moves the position to `position`, together: in the
+    /// open group transaction, committed once it is large or old enough. An identity already recorded
+    /// keeps its first entry.
     pub fn record(&mut self, entries: &[(IdentityKey, [u8; 32], u64)], position: u64) -> Result<()> {
-        let tx = self.conn.transaction().map_err(sql("begin"))?;
-        {
-            let mut insert = tx
+        let (since, rows) = match self.open {
+            Some(open) => open,
+            None => {
+                self.conn.execute_batch("BEGIN").map_err(sql("begin"))?;
+                (Instant::now(), 0)
+            }
+        };
+        // Inserted in key order: neighbours in a batch share B-tree pages.
+        let mut sorted: Vec<_> = entries.iter().collect();
+        sorted.sort_unstable_by_key(|(key, _, _)| key.0);
+        let written = (|| {
+            let mut insert = self
+                .conn
                 .prepare_cached("INSERT OR IGNORE INTO identities (key, digest, seq) VALUES (?1, ?2, ?3)")
                 .map_err(sql("insert"))?;
-            for (key, digest, seq) in entries {
+            for (key, digest, seq) in sorted {
                 insert
                     .execute(params![
                         key.0.as_slice(),
@@ -140,13 +169,32 @@ impl IdentityIndex {
                     ])
                     .map_err(sql("insert"))?;
             }
-            tx.execute(
-                "UPDATE position SET seq = max(seq, ?1) WHERE id = 1",
-                params![i64::try_from(position).unwrap_or(i64::MAX)],
-            )
-            .map_err(sql("position"))?;
+            self.conn
+                .prepare_cached("UPDATE position SET seq = max(seq, ?1) WHERE id = 1")
+                .map_err(sql("position"))?
+                .execute(params![i64::try_from(position).unwrap_or(i64::MAX)])
+                .map_err(sql("position"))?;
+            Ok(())
+        })();
+        if let Err(error) = written {
+            // Nothing half-recorded stays behind: the whole group goes, and the catch-up redoes it.
+            self.open = None;
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(error);
         }
-        tx.commit().map_err(sql("commit"))
+        self.open = Some((since, rows + entries.len()));
+        if rows + entries.len() >= COMMIT_ROWS || since.elapsed() >= COMMIT_AFTER {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Commits what is recorded; nothing to do when no group is open.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.open.take().is_some() {
+            self.conn.execute_batch("COMMIT").map_err(sql("commit"))?;
+        }
+        Ok(())
     }
 
     /// How many identities are recorded.
@@ -161,6 +209,14 @@ impl IdentityIndex {
     /// Whether no identity is recorded.
     pub fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
+    }
+}
+
+impl Drop for IdentityIndex {
+    fn drop(&mut self) {
+        if let Err(error) = self.flush() {
+            tracing::warn!(%error, "identity index: the last group was not committed; the catch-up on start redoes it");
+        }
     }
 }
 
@@ -192,6 +248,40 @@ mod tests {
         let index = IdentityIndex::open(&dir.path().join("ids.sqlite")).unwrap();
         assert_eq!(index.position().unwrap(), 9, "position survives reopening");
         assert_eq!(index.len().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_group_is_seen_by_its_own_lookups_at_once_and_committed_when_flushed_or_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ids.sqlite");
+        let mut index = IdentityIndex::open(&path).unwrap();
+        let key = IdentityKey::new("acme", "src", "1");
+        index.record(&[(key, [1; 32], 1)], 1).unwrap();
+        assert_eq!(
+            index.lookup_many(&[key]).unwrap()[&key].seq,
+            1,
+            "visible before its commit"
+        );
+        let other = Connection::open(&path).unwrap();
+        let committed = || -> i64 {
+            other
+                .query_row("SELECT count(*) FROM identities", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(committed(), 0, "one small batch is not committed on its own");
+        index.flush().unwrap();
+        assert_eq!(committed(), 1);
+        let second = IdentityKey::new("acme", "src", "2");
+        index.record(&[(second, [2; 32], 2)], 2).unwrap();
+        drop(index);
+        assert_eq!(committed(), 2, "dropping the index commits its open group");
+        // A large group commits by itself.
+        let mut index = IdentityIndex::open(&path).unwrap();
+        let many: Vec<_> = (0..COMMIT_ROWS as u64)
+            .map(|i| (IdentityKey::new("acme", "bulk", &i.to_string()), [3; 32], 3 + i))
+            .collect();
+        index.record(&many, 2 + COMMIT_ROWS as u64).unwrap();
+        assert_eq!(committed(), 2 + COMMIT_ROWS as i64);
     }
 
     #[test]

@@ -83,8 +83,8 @@ fn assert_figures_complete(section: &Value) {
 
 #[test]
 fn smoke_run_of_the_pipeline_suites_reports_every_figure_and_target() {
-    let report = smoke("ingest,latency,soak");
-    for id in ["ingest", "latency", "soak"] {
+    let report = smoke("ingest,latency,poison,soak");
+    for id in ["ingest", "latency", "poison", "soak"] {
         let section = section(&report, id);
         assert_figures_complete(section);
         assert!(!section["method"].as_str().unwrap().is_empty());
@@ -107,6 +107,25 @@ fn smoke_run_of_the_pipeline_suites_reports_every_figure_and_target() {
             .iter()
             .any(|f| f["id"] == "e2e.max_rate")
     );
+    // Every poison message of every run reached the quarantine under its reason.
+    let poison = section(&report, "poison");
+    let runs = |id: &str| -> Vec<f64> {
+        let figure = poison["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no {id}"));
+        figure["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    let (sent, quarantined) = (runs("poison.sent"), runs("poison.quarantined"));
+    assert!(sent.iter().all(|n| *n >= 1.0), "{sent:?}");
+    assert_eq!(sent, quarantined, "every poison message is quarantined");
     let targets: Vec<String> = report["sections"]
         .as_array()
         .unwrap()
@@ -117,6 +136,7 @@ fn smoke_run_of_the_pipeline_suites_reports_every_figure_and_target() {
     for wanted in [
         "ingest ≥ 0.7 × relay",
         "end-to-end p99 ≤ 50 ms at 5k events/s",
+        "others' p99 ≤ 100 ms while one tenant sends poison",
         "RSS growth under 10 % over the last 5 of 10 minutes",
     ] {
         assert!(

@@ -15,8 +15,9 @@ pub struct Args {
     /// NATS server URL; overrides `nats.url` (`TOOLLEDGER_NATS__URL`). One of the two is required.
     #[arg(long, value_name = "URL")]
     pub nats_url: Option<String>,
-    /// Inbound messages fetched and appended together.
-    #[arg(long, default_value_t = 256)]
+    /// Inbound messages fetched and appended together (one atomic batch of the ledger at most 1,000;
+    /// a larger batch is appended as several).
+    #[arg(long, default_value_t = toolledger_ingest::append::MAX_ATOMIC_BATCH)]
     pub batch_size: usize,
     /// How long a delivered message may stay unacked before redelivery; after a crash the next
     /// ingest waits this long so redeliveries keep their order.
