@@ -244,17 +244,7 @@ impl Appender {
             .send_publish(last.subject.clone(), commit)
             .await
             .map_err(|e| publish_error(seq, &e.kind(), &e))?;
-        let ack = tokio::time::timeout(ACK_TIMEOUT, ack.into_future())
-            .await
-            .map_err(|_| Error::AppendTimedOut { seq })?
-            .map_err(|e| publish_error(seq, &e.kind(), &e))?;
-        if ack.sequence != seq {
-            return Err(Error::UnexpectedSequence {
-                expected: seq,
-                actual: ack.sequence,
-            });
-        }
-        Ok(())
+        acked_at(ack, seq).await
     }
 
     async fn publish_pipelined(&self, entries: &[PendingEntry]) -> Result<()> {
@@ -278,17 +268,7 @@ impl Appender {
         }
         let expected_first = self.last_seq + 1;
         for (i, ack) in acks.into_iter().enumerate() {
-            let seq = expected_first + i as u64;
-            let ack = tokio::time::timeout(ACK_TIMEOUT, ack.into_future())
-                .await
-                .map_err(|_| Error::AppendTimedOut { seq })?
-                .map_err(|e| publish_error(seq, &e.kind(), &e))?;
-            if ack.sequence != seq {
-                return Err(Error::UnexpectedSequence {
-                    expected: seq,
-                    actual: ack.sequence,
-                });
-            }
+            acked_at(ack, expected_first + i as u64).await?;
         }
         Ok(())
     }
@@ -317,6 +297,21 @@ impl Appender {
         tracing::info!(landed, last_seq = self.last_seq, "reconciled in-flight entries");
         Ok(landed)
     }
+}
+
+/// Waits (at most [`ACK_TIMEOUT`]) for a publish ack and checks it names `seq`.
+async fn acked_at(ack: jetstream::context::PublishAckFuture, seq: u64) -> Result<()> {
+    let ack = tokio::time::timeout(ACK_TIMEOUT, ack.into_future())
+        .await
+        .map_err(|_| Error::AppendTimedOut { seq })?
+        .map_err(|e| publish_error(seq, &e.kind(), &e))?;
+    if ack.sequence != seq {
+        return Err(Error::UnexpectedSequence {
+            expected: seq,
+            actual: ack.sequence,
+        });
+    }
+    Ok(())
 }
 
 /// What the reply to a batch's opening message says: empty when the batch is open. A server that
