@@ -214,17 +214,8 @@ impl Appender {
         let client = self.js.client();
         let (last, opening) = batch.split_last().expect("a batch has an entry");
         if !opening.is_empty() {
-            let reply = client
-                .request_with_headers(opening[0].subject.clone(), headers(0), opening[0].bytes.clone())
-                .await
-                .map_err(|e| match e.kind() {
-                    async_nats::RequestErrorKind::TimedOut => Error::AppendTimedOut { seq: first_seq },
-                    _ => Error::Append {
-                        seq: first_seq,
-                        reason: e.to_string(),
-                    },
-                })?;
-            batch_opened(&reply.payload, first_seq)?;
+            let reply = request(&client, &opening[0], headers(0), first_seq).await?;
+            batch_reply(&reply, first_seq, Step::Open)?;
             for (k, entry) in opening.iter().enumerate().skip(1) {
                 client
                     .publish_with_headers(entry.subject.clone(), headers(k), entry.bytes.clone())
@@ -235,16 +226,11 @@ impl Appender {
                     })?;
             }
         }
+        // The commit is a core request too, so a refusal reads the same whichever message carries it
+        // (a batch of one is opened and committed by the same message).
         let seq = self.last_seq + batch.len() as u64;
-        let commit = PublishMessage::build()
-            .payload(last.bytes.clone())
-            .headers(headers(batch.len() - 1));
-        let ack = self
-            .js
-            .send_publish(last.subject.clone(), commit)
-            .await
-            .map_err(|e| publish_error(seq, &e.kind(), &e))?;
-        acked_at(ack, seq).await
+        let reply = request(&client, last, headers(batch.len() - 1), seq).await?;
+        batch_reply(&reply, seq, Step::Commit)
     }
 
     async fn publish_pipelined(&self, entries: &[PendingEntry]) -> Result<()> {
@@ -284,6 +270,9 @@ impl Appender {
         let spec = ReadSpec::range(self.last_seq + 1, tail).stall_after(ACK_TIMEOUT);
         let mut stored = OrderedReader::open(&self.js, &self.stream, spec).await?;
         let mut landed = 0;
+        // Moved only once the whole read-back is in: a read that fails part way leaves the confirmed
+        // sequence where it was, and the next attempt reads again from there.
+        let mut last = self.last_seq;
         while let Some(message) = stored.next().await? {
             let ours = in_flight
                 .get(landed)
@@ -292,8 +281,9 @@ impl Appender {
                 return Err(Error::ForeignAppend { seq: message.seq });
             }
             landed += 1;
-            self.last_seq = message.seq;
+            last = message.seq;
         }
+        self.last_seq = last;
         tracing::info!(landed, last_seq = self.last_seq, "reconciled in-flight entries");
         Ok(landed)
     }
@@ -314,12 +304,47 @@ async fn acked_at(ack: jetstream::context::PublishAckFuture, seq: u64) -> Result
     Ok(())
 }
 
-/// What the reply to a batch's opening message says: empty when the batch is open. A server that
-/// refuses atomic batches answers with its error, and one that does not know them stores the message
-/// on its own and acks it; either way [`Error::AtomicRefused`], and the read-back finds what landed.
-fn batch_opened(reply: &[u8], seq: u64) -> Result<()> {
+/// A batch message sent as a core request (requests time out after the client's 10 s, as acks do).
+async fn request(
+    client: &async_nats::Client,
+    entry: &PendingEntry,
+    headers: HeaderMap,
+    seq: u64,
+) -> Result<Bytes> {
+    client
+        .request_with_headers(entry.subject.clone(), headers, entry.bytes.clone())
+        .await
+        .map(|reply| reply.payload)
+        .map_err(|e| match e.kind() {
+            async_nats::RequestErrorKind::TimedOut => Error::AppendTimedOut { seq },
+            _ => Error::Append {
+                seq,
+                reason: e.to_string(),
+            },
+        })
+}
+
+/// Which message of a batch a reply answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The first (not also the last): answered empty once the batch is open.
+    Open,
+    /// The last: answered with the publish ack of the whole batch, whose sequence is `seq`.
+    Commit,
+}
+
+/// What the reply to a batch's opening or committing message says. A server that refuses atomic
+/// batches answers with its error, and one that does not know them stores an opening message on its
+/// own and acks it; either way [`Error::AtomicRefused`], and the read-back finds what landed.
+fn batch_reply(reply: &[u8], seq: u64, step: Step) -> Result<()> {
     if reply.is_empty() {
-        return Ok(());
+        return match step {
+            Step::Open => Ok(()),
+            Step::Commit => Err(Error::Append {
+                seq,
+                reason: "an empty reply to a batch commit".to_owned(),
+            }),
+        };
     }
     let refused = |reason: String| Error::AtomicRefused { seq, reason };
     match serde_json::from_slice::<Response<jetstream::publish::PublishAck>>(reply) {
@@ -333,6 +358,11 @@ fn batch_opened(reply: &[u8], seq: u64) -> Result<()> {
             seq,
             reason: error.to_string(),
         }),
+        Ok(Response::Ok(ack)) if step == Step::Commit && ack.sequence == seq => Ok(()),
+        Ok(Response::Ok(ack)) if step == Step::Commit => Err(Error::UnexpectedSequence {
+            expected: seq,
+            actual: ack.sequence,
+        }),
         Ok(Response::Ok(ack)) => Err(refused(format!(
             "the server stored the batch's first message alone at seq {}",
             ack.sequence
@@ -340,7 +370,7 @@ fn batch_opened(reply: &[u8], seq: u64) -> Result<()> {
         Err(_) => Err(Error::Append {
             seq,
             reason: format!(
-                "unreadable reply to a batch start: {}",
+                "unreadable reply to a batch message: {}",
                 String::from_utf8_lossy(reply)
             ),
         }),

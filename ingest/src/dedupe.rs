@@ -148,13 +148,18 @@ impl IdentityIndex {
         let (since, rows) = match self.open {
             Some(open) => open,
             None => {
+                if !self.conn.is_autocommit() {
+                    // A transaction a failed COMMIT or ROLLBACK left open: nothing of it is promised.
+                    self.conn.execute_batch("ROLLBACK").map_err(sql("rollback"))?;
+                }
                 self.conn.execute_batch("BEGIN").map_err(sql("begin"))?;
                 (Instant::now(), 0)
             }
         };
-        // Inserted in key order: neighbours in a batch share B-tree pages.
+        // Inserted in key order (neighbours in a batch share B-tree pages); an identity twice in one
+        // call keeps its first entry, so equal keys stay in sequence order.
         let mut sorted: Vec<_> = entries.iter().collect();
-        sorted.sort_unstable_by_key(|(key, _, _)| key.0);
+        sorted.sort_unstable_by_key(|(key, _, seq)| (key.0, *seq));
         let written = (|| {
             let mut insert = self
                 .conn
@@ -189,10 +194,24 @@ impl IdentityIndex {
         Ok(())
     }
 
+    /// Commits the open group once it is older than [`COMMIT_AFTER`], so an idle ingest does not hold
+    /// the write transaction.
+    pub fn flush_if_due(&mut self) -> Result<()> {
+        match self.open {
+            Some((since, _)) if since.elapsed() >= COMMIT_AFTER => self.flush(),
+            _ => Ok(()),
+        }
+    }
+
     /// Commits what is recorded; nothing to do when no group is open.
     pub fn flush(&mut self) -> Result<()> {
-        if self.open.take().is_some() {
-            self.conn.execute_batch("COMMIT").map_err(sql("commit"))?;
+        if self.open.take().is_some()
+            && let Err(error) = self.conn.execute_batch("COMMIT")
+        {
+            // A failed COMMIT can leave the transaction open; end it so the next group can begin.
+            // What it held is redone by the catch-up after the session that sees this error ends.
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(sql("commit")(error));
         }
         Ok(())
     }

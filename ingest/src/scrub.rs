@@ -214,8 +214,9 @@ fn invocation_key(tenant: &str, invocation: &str) -> InvocationKey {
     key
 }
 
-/// What each tool's latest declaration lists as sensitive, per tenant.
-#[derive(Debug, Clone, Default)]
+/// What each tool's latest declaration lists as sensitive, per tenant. Not `Clone`: the shared tool ids
+/// are freed by reference count, which a clone would hold up.
+#[derive(Debug, Default)]
 pub struct SensitivityRegistry {
     tools: HashMap<(String, String), SensitiveFields>,
     /// Invocation → the tool id it named, shared from [`Self::tool_ids`].
@@ -320,7 +321,7 @@ impl SensitivityRegistry {
 }
 
 /// Replaces secrets in events by HMAC markers.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Scrubber {
     key: ScrubKey,
     paths: Vec<Vec<String>>,

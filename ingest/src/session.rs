@@ -433,8 +433,10 @@ impl Inbound {
             .event_callback(move |event| {
                 let signal = Arc::clone(&signal);
                 async move {
+                    // Only a fetch in progress is woken: a disconnect between fetches leaves no
+                    // permit behind (the client reconnects, and the next fetch asks afresh).
                     if matches!(event, async_nats::Event::Disconnected) {
-                        signal.notify_one();
+                        signal.notify_waiters();
                     }
                 }
             })
@@ -460,6 +462,10 @@ impl Inbound {
     /// [`Front::fill_gap`].
     async fn fetch(&mut self, settings: &IngestSettings) -> Result<Vec<jetstream::Message>> {
         let lost = Arc::clone(&self.lost);
+        let lost = lost.notified();
+        tokio::pin!(lost);
+        // Registered before the pull request goes out, so a disconnect during it is never missed.
+        lost.as_mut().enable();
         let fetch = tokio::time::timeout(settings.fetch_wait + FETCH_GRACE, async {
             let mut batch = self
                 .consumer
@@ -483,7 +489,7 @@ impl Inbound {
         });
         let fetched = tokio::select! {
             fetched = fetch => fetched,
-            () = lost.notified() => {
+            () = &mut lost => {
                 tracing::warn!("inbound connection dropped; reconnecting");
                 self.reconnect().await?;
                 return Ok(Vec::new());
@@ -846,7 +852,13 @@ impl Back {
                 Ok(Some(batch)) => batch,
                 // The front has stopped (shutdown): everything it classified is appended.
                 Ok(None) => break,
-                Err(_) => continue,
+                Err(_) => {
+                    let index = Arc::clone(shared.index);
+                    tokio::task::spawn_blocking(move || lock(&index).flush_if_due())
+                        .await
+                        .map_err(Error::task("identity index commit"))??;
+                    continue;
+                }
             };
             shared.beats.busy(&shared.beats.back);
             let appended = !batch.items.is_empty();

@@ -113,14 +113,17 @@ async fn a_ledger_that_stops_taking_atomic_batches_gets_chained_publishes() {
     let mut config = js.get_stream(LEDGER).await.unwrap().cached_info().config.clone();
     config.allow_atomic_publish = false;
     js.update_stream(config).await.unwrap();
-    assert_eq!(
-        appender.append(&entries("b", 10)).await.unwrap(),
-        (11..=20).collect::<Vec<u64>>()
-    );
+    // A batch of one: opened and committed by the same message, refused the same way.
+    assert_eq!(appender.append(&entries("b", 1)).await.unwrap(), vec![11]);
     assert_eq!(appender.mode(), AppendMode::Chained);
+    assert_eq!(
+        appender.append(&entries("c", 9)).await.unwrap(),
+        (12..=20).collect::<Vec<u64>>()
+    );
     let all: Vec<Bytes> = entries("a", 10)
         .iter()
-        .chain(&entries("b", 10))
+        .chain(&entries("b", 1))
+        .chain(&entries("c", 9))
         .map(|e| e.bytes.clone())
         .collect();
     assert_eq!(stored(&js).await, all);
