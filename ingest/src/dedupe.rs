@@ -12,8 +12,9 @@
 //! append and the index update loses nothing. Deleting the file rebuilds it from the ledger.
 //!
 //! Commits are grouped: batches are recorded into one open transaction, committed every
-//! [`COMMIT_ROWS`] identities or [`COMMIT_AFTER`], on [`IdentityIndex::flush`] and when the index is
-//! dropped. Lookups use the same connection, so they see what is recorded but not yet committed.
+//! [`COMMIT_ROWS`] identities or [`COMMIT_AFTER`] (checked on each batch and, through
+//! [`IdentityIndex::flush_if_due`], on the session's idle tick), on [`IdentityIndex::flush`] and when
+//! the index is dropped. Lookups use the same connection, so they see what is recorded but not yet committed.
 //! Identity keys are hashes, so each insert lands on a random page of the B-tree: a commit per batch
 //! wrote nearly every page a batch touched to the WAL again (the profile put ~11 % of ingest's CPU
 //! there); a group commit writes a page once however many batches touched it. A crash loses at most
