@@ -135,20 +135,21 @@ fn init_creates_the_whole_contract_then_verifies_it_and_keeps_the_key() {
     });
 }
 
-/// Init on a fresh server, then `weaken` the stream `name`; init must refuse naming `name` and `field`,
-/// and `check_contract` must report each of `fields`.
-fn assert_weakened_stream_refused(name: &str, field: &str, fields: &[&str], weaken: fn(&mut stream::Config)) {
+/// A fresh server with the contract `init` made, then the stream `name` changed by `change`; the
+/// server, init's data directory and the server's URL.
+fn initialized_then_changed(
+    name: &str,
+    change: fn(&mut stream::Config),
+) -> (NatsFixture, tempfile::TempDir, String) {
     let nats = NatsFixture::start();
     let url = nats.url();
     let data = tempfile::tempdir().unwrap();
     let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url]);
     assert!(ok, "init failed\n{out}\n{err}");
-
-    let rt = runtime();
-    rt.block_on(async {
+    runtime().block_on(async {
         let js = jetstream::new(nats.client().await);
         let mut config = js.get_stream(name).await.unwrap().cached_info().config.clone();
-        weaken(&mut config);
+        change(&mut config);
         if config.deny_purge {
             // An update is how a limit gets added to a live stream.
             js.update_stream(config).await.unwrap();
@@ -158,6 +159,14 @@ fn assert_weakened_stream_refused(name: &str, field: &str, fields: &[&str], weak
             js.create_stream(config).await.unwrap();
         }
     });
+    (nats, data, url)
+}
+
+/// Init on a fresh server, then `weaken` the stream `name`; init must refuse naming `name` and `field`,
+/// and `check_contract` must report each of `fields`.
+fn assert_weakened_stream_refused(name: &str, field: &str, fields: &[&str], weaken: fn(&mut stream::Config)) {
+    let (nats, data, url) = initialized_then_changed(name, weaken);
+    let rt = runtime();
 
     let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url]);
     assert!(!ok, "init must refuse a weakened {name}\n{out}\n{err}");
@@ -217,23 +226,10 @@ fn init_and_check_contract_name_checkpoints_without_deny_purge() {
 
 #[test]
 fn init_turns_on_atomic_batches_for_a_ledger_made_without_them() {
-    let nats = NatsFixture::start();
-    let url = nats.url();
-    let data = tempfile::tempdir().unwrap();
-    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url]);
-    assert!(ok, "init failed\n{out}\n{err}");
+    let (nats, data, url) = initialized_then_changed(streams::LEDGER, |c| c.allow_atomic_publish = false);
     let rt = runtime();
     rt.block_on(async {
         let js = jetstream::new(nats.client().await);
-        let mut config = js
-            .get_stream(streams::LEDGER)
-            .await
-            .unwrap()
-            .cached_info()
-            .config
-            .clone();
-        config.allow_atomic_publish = false;
-        js.update_stream(config).await.unwrap();
         // Slower, not weaker: the contract check passes, the shortfall is what doctor warns about.
         assert_eq!(streams::check_contract(&js).await, []);
         let lacking = streams::check_shortfalls(&js).await;

@@ -133,11 +133,7 @@ async fn a_ledger_that_stops_taking_atomic_batches_gets_chained_publishes() {
 async fn a_server_crash_mid_batch_loses_and_duplicates_nothing() {
     for mode in [AppendMode::Atomic, AppendMode::Chained] {
         let mut nats = NatsFixture::start();
-        let client = async_nats::ConnectOptions::new()
-            .retry_on_initial_connect()
-            .connect(nats.url())
-            .await
-            .unwrap();
+        let client = nats.reconnecting_client().await;
         let js = jetstream::new(client);
         ledger_stream(&js, mode).await;
         const TOTAL: u64 = 20_000;

@@ -563,11 +563,7 @@ async fn publish_until_acked(js: &jetstream::Context, chunk: &[Value], attempt: 
 #[tokio::test]
 async fn a_nats_server_crash_mid_load_loses_and_duplicates_nothing() {
     let mut nats = NatsFixture::start();
-    let client = async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connect(nats.url())
-        .await
-        .unwrap();
+    let client = nats.reconnecting_client().await;
     let js = jetstream::new(client);
     contract_streams(&js).await;
     let dir = tempfile::tempdir().unwrap();
@@ -619,11 +615,7 @@ async fn a_nats_server_crash_mid_load_loses_and_duplicates_nothing() {
 async fn a_frozen_server_under_load_never_wedges_ingest() {
     const CYCLES: usize = 10;
     let nats = NatsFixture::start();
-    let client = async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connect(nats.url())
-        .await
-        .unwrap();
+    let client = nats.reconnecting_client().await;
     let js = jetstream::new(client);
     contract_streams(&js).await;
     let dir = tempfile::tempdir().unwrap();

@@ -723,15 +723,18 @@ async fn ensure_stream(
                 ..live
             };
             Ok(match js.update_stream(upgraded).await {
-                // The update resent the live configuration as this client reads it: were anything
-                // lost on the way, it would show here.
-                Ok(info) if !weaknesses(&info.config, &wanted).is_empty() => {
-                    return Err(weaknesses(&info.config, &wanted).remove(0).into());
+                Ok(info) => {
+                    // The update resent the live configuration as this client reads it: were
+                    // anything lost on the way, the same contract check says so.
+                    check(&info.config, &wanted)?;
+                    if shortfalls(&info.config, &wanted).is_empty() {
+                        Ensured::Upgraded(fields)
+                    } else {
+                        Ensured::Lacking(format!(
+                            "{fields}: the server does not keep it (atomic batches need nats-server 2.12+)"
+                        ))
+                    }
                 }
-                Ok(info) if shortfalls(&info.config, &wanted).is_empty() => Ensured::Upgraded(fields),
-                Ok(_) => Ensured::Lacking(format!(
-                    "{fields}: the server does not keep it (atomic batches need nats-server 2.12+)"
-                )),
                 Err(error) => Ensured::Lacking(format!("{fields}: updating {name} failed: {error}")),
             })
         }

@@ -119,6 +119,15 @@ impl NatsFixture {
             .await
             .expect("connect to nats fixture")
     }
+
+    /// A connected client that keeps reconnecting while the server is killed and restarted.
+    pub async fn reconnecting_client(&self) -> async_nats::Client {
+        async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect(self.url())
+            .await
+            .expect("connect to nats fixture")
+    }
 }
 
 /// The project virtualenv's Python, where `scripts/setup` installs the independent test clients.
