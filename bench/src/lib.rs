@@ -30,8 +30,8 @@ use std::time::Instant;
 use report::{Report, Section};
 
 /// Every suite, in the order a full run takes them.
-pub const SUITES: [&str; 8] = [
-    "ingest", "latency", "poison", "rebuild", "export", "verify", "bulk", "soak",
+pub const SUITES: [&str; 9] = [
+    "ingest", "latency", "poison", "burst", "rebuild", "export", "verify", "bulk", "soak",
 ];
 
 /// What to run and how big.
@@ -67,6 +67,8 @@ pub struct Scale {
     pub load_secs: u64,
     /// Events of the latency suite's saturation burst (maximum sustained end-to-end rate).
     pub burst_events: usize,
+    /// Events of one tenant's burst in the burst suite.
+    pub tenant_burst: usize,
     /// Entries of the bulk-built ledger.
     pub bulk_entries: u64,
     /// Seconds of the soak run.
@@ -85,6 +87,7 @@ impl Scale {
             loads: vec![1_000, 5_000, 10_000],
             load_secs: 10,
             burst_events: 30_000,
+            tenant_burst: 200_000,
             bulk_entries: 10_000_000,
             soak_secs: 600,
             soak_runs: None,
@@ -99,6 +102,7 @@ impl Scale {
             loads: vec![200, 500],
             load_secs: 2,
             burst_events: 500,
+            tenant_burst: 3_000,
             bulk_entries: 20_000,
             soak_secs: 6,
             soak_runs: None,
@@ -143,6 +147,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
             "ingest" => pipeline::ingest(&options).await?,
             "latency" => pipeline::latency(&options).await?,
             "poison" => pipeline::poison(&options).await?,
+            "burst" => pipeline::burst(&options).await?,
             "soak" => pipeline::soak(&options).await?,
             "rebuild" => offline::rebuild(&options).await?,
             "export" => offline::export(&options).await?,

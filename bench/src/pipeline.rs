@@ -47,6 +47,7 @@ const SEED_LOADS: u64 = 1_000_000;
 const SEED_SATURATION: u64 = 50_000_000;
 const SEED_SOAK: u64 = 100_000_000;
 const SEED_POISON: u64 = 200_000_000;
+const SEED_BURST: u64 = 300_000_000;
 /// Seeds reserved per latency load and per soak segment.
 const SEED_STRIDE: u64 = 1_000_000;
 
@@ -754,6 +755,158 @@ pub async fn poison(options: &Options) -> anyhow::Result<Section> {
     Ok(section)
 }
 
+/// The tenant whose producer bursts; none of the generated workload's tenants.
+const BURST_TENANT: &str = "bursty";
+/// The other tenants' offered load during the burst, events/s.
+const BURST_LOAD: u64 = 1_000;
+/// The bound the issue sets on the other tenants' publish ─▶ ingested p99 during the burst, ms.
+const BURST_TARGET_MS: f64 = 100.0;
+
+/// One tenant publishes a burst as fast as it can while the generated tenants offer 1,000 events/s:
+/// their latency (publish ─▶ ingested is ingest's share), and whether any of their publishes failed.
+pub async fn burst(options: &Options) -> anyhow::Result<Section> {
+    let secs = options.scale.load_secs;
+    let count = options.scale.tenant_burst;
+    let drain = drain_bound(secs).max(Duration::from_secs(60));
+    let mut figures = LoadFigures::default();
+    let (mut burst_rate, mut burst_failed, mut burst_drained) = (vec![], vec![], vec![]);
+    let (mut while_publishing, mut after_publishing) = (vec![], vec![]);
+    let mut notes = Vec::new();
+    for run in 0..options.runs {
+        let pipeline = Pipeline::start(options, false).await?;
+        let seed = SEED_BURST + SEED_STRIDE * run as u64;
+        let others = prepare(&workload::events(usize::try_from(BURST_LOAD * secs)?, seed))?;
+        let burst = prepare(&workload::events_of(
+            &[BURST_TENANT],
+            count,
+            seed + SEED_STRIDE / 2,
+        ))?;
+        notes.extend(pipeline.wait_idle().await?);
+        eprintln!(
+            "bench: burst run {}/{}: {BURST_LOAD} events/s for {secs} s while tenant {BURST_TENANT} \
+             publishes {count} events at once …",
+            run + 1,
+            options.runs
+        );
+        let burster = {
+            // The burst's producer has a connection of its own, as another tenant's would: on the
+            // other tenants' connection its messages would queue ahead of theirs in the client.
+            let js = pipeline.server.jetstream().await?;
+            let messages: Vec<Outgoing> = burst.into_iter().map(|(_, m)| m).collect();
+            tokio::spawn(async move { publish_now(&js, messages).await })
+        };
+        let outcome = pipeline.offer(others, Some(BURST_LOAD as f64), drain).await?;
+        let sent = burster.await??;
+
+        // Until ingest has taken the whole burst in.
+        let deadline = Instant::now() + IDLE_BOUND;
+        while stream_messages(&pipeline.js, INBOUND).await? > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let drained = sent.first.elapsed();
+        eprintln!(
+            "bench: burst run {}/{}: others' publish ─▶ ingested p99 {:.1} ms, publish ─▶ queryable \
+             p99 {:.1} ms, {} not queryable; the burst published at {:.0} events/s ({} failed), \
+             ingested {:.1} s after its first publish",
+            run + 1,
+            options.runs,
+            percentile(&mut outcome.to_ingest_ms.clone(), 0.99),
+            outcome.latency_ms(0.99),
+            outcome.missed,
+            sent.send_rate(),
+            sent.failed,
+            drained.as_secs_f64()
+        );
+        figures.push(&outcome);
+        let (during, after) = outcome.to_ingest_split_ms(sent.last, 0.99);
+        while_publishing.push(during);
+        after_publishing.push(after);
+        burst_rate.push(sent.send_rate());
+        burst_failed.push(sent.failed as f64);
+        burst_drained.push(drained.as_secs_f64());
+        pipeline.stop().await?;
+    }
+
+    let mut section = Section::new(
+        "burst",
+        "One tenant's burst beside the others' latency",
+        format!(
+            "Per run: the latency suite's pipeline (a fresh nats-server, `toolledger init`, then \
+             `toolledger ingest` and `toolledger project` as separate processes). The generated \
+             tenants offer {BURST_LOAD} events/s for {secs} s (open loop, as in the latency suite) \
+             while, from the same moment, tenant `{BURST_TENANT}`'s producer publishes {count} \
+             generated events as fast as the client takes them, every ack awaited. Any failed \
+             publish of the other tenants fails the suite (none may fail); the burst's own failures \
+             are counted. Latency is the other tenants' publish ─▶ queryable, split at ingest's \
+             `ingested_at` as in the latency suite: publish ─▶ ingested is ingest's share, and the \
+             projector, which applies the ledger in order, carries the burst after it. \
+             `burst.drained` is the time from the burst's first publish until ATL_INBOUND is empty."
+        ),
+    );
+    section.notes.extend(notes);
+    let ids = figures.add_to(&mut section, "burst", BURST_LOAD, " during the burst");
+    let during = section.figure(Figure::new(
+        "burst.to_ingest_p99.while_publishing",
+        "others' publish ─▶ ingested p99 while the burst is being published",
+        "ms",
+        Better::Lower,
+        while_publishing,
+    ));
+    let after_publishing = section.figure(Figure::new(
+        "burst.to_ingest_p99.after_publishing",
+        "others' publish ─▶ ingested p99 after the burst is published (ingest still draining it)",
+        "ms",
+        Better::Lower,
+        after_publishing,
+    ));
+    section.figure(Figure::new(
+        "burst.publish_rate",
+        "the burst's publish rate",
+        "events/s",
+        Better::Higher,
+        burst_rate,
+    ));
+    section.figure(Figure::new(
+        "burst.failed",
+        "the burst's failed publishes",
+        "events",
+        Better::Lower,
+        burst_failed,
+    ));
+    section.figure(Figure::new(
+        "burst.drained",
+        "the burst's first publish ─▶ ATL_INBOUND empty",
+        "s",
+        Better::Lower,
+        burst_drained,
+    ));
+    let to_ingest = figure_median(&section, &ids.to_ingest_p99);
+    let after = figure_median(&section, &ids.after_ingest_p99);
+    section.targets.push(
+        TargetCheck::new(
+            "others' publish ─▶ ingested p99 ≤ 100 ms during one tenant's burst",
+            &ids.to_ingest_p99,
+            to_ingest,
+            "ms",
+            Bound::AtMost,
+            BURST_TARGET_MS,
+        )
+        .explain_miss(format!(
+            "ingest takes the other tenants' events in beside the burst's share of each batch, so \
+             they do not wait for the burst to drain: the p99 \
+             is {during:.0} ms while the burst's producer is still publishing and {after_pub:.0} ms \
+             after, with ingest still draining the burst. While it publishes, the producer, the \
+             nats-server storing it and ingest share the machine's {cores} cores, and every \
+             stage waits for CPU. (The projector adds {after:.0} ms: it applies the ledger in \
+             order, the burst included.)",
+            during = during.median,
+            after_pub = after_publishing.median,
+            cores = std::thread::available_parallelism().map_or(0, usize::from),
+        )),
+    );
+    Ok(section)
+}
+
 /// Sends one poison message a second (the first at once) until `stop`; returns how many were sent.
 fn send_poison_every_second(url: &str, stop: &AtomicBool) -> anyhow::Result<usize> {
     use std::io::{BufRead, BufReader, Write};
@@ -1368,6 +1521,7 @@ impl Pipeline {
         }
         let mut latency_ms = Vec::with_capacity(keys.len());
         let mut to_ingest_ms = Vec::with_capacity(keys.len());
+        let mut to_ingest_sent = Vec::with_capacity(keys.len());
         let mut after_ingest_ms = Vec::with_capacity(keys.len());
         let mut last_queryable = None;
         for (i, s) in seen.iter().enumerate() {
@@ -1384,6 +1538,7 @@ impl Pipeline {
                     seen_wall.duration_since(ingested),
                 ) {
                     to_ingest_ms.push(ms(before));
+                    to_ingest_sent.push(sent_at);
                     after_ingest_ms.push(ms(after));
                 }
             }
@@ -1393,6 +1548,7 @@ impl Pipeline {
             missed: pending.len(),
             latency_ms,
             to_ingest_ms,
+            to_ingest_sent,
             after_ingest_ms,
             last_queryable,
             sent,
@@ -1466,6 +1622,9 @@ impl Pipeline {
 
     /// SIGTERMs the services (serve, project, ingest), waits for them, stops the watcher.
     async fn stop(mut self) -> anyhow::Result<()> {
+        if let Ok(keep) = std::env::var("TOOLLEDGER_BENCH_KEEP_LOGS") {
+            let _ = std::fs::copy(self.data.path().join("ingest.out"), keep);
+        }
         if let Some(serve) = self.serve.as_mut() {
             serve.stop().await?;
         }
@@ -1496,6 +1655,8 @@ struct Offered {
     missed: usize,
     latency_ms: Vec<f64>,
     to_ingest_ms: Vec<f64>,
+    /// When each of `to_ingest_ms`' events was sent.
+    to_ingest_sent: Vec<Instant>,
     after_ingest_ms: Vec<f64>,
     last_queryable: Option<Instant>,
     sent: Sent,
@@ -1504,6 +1665,19 @@ struct Offered {
 impl Offered {
     fn latency_ms(&self, q: f64) -> f64 {
         percentile(&mut self.latency_ms.clone(), q)
+    }
+
+    /// The `q` quantile of publish ─▶ ingested of the events sent before `at`, and of those after.
+    fn to_ingest_split_ms(&self, at: Instant, q: f64) -> (f64, f64) {
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        for (ms, sent) in self.to_ingest_ms.iter().zip(&self.to_ingest_sent) {
+            if *sent <= at {
+                before.push(*ms);
+            } else {
+                after.push(*ms);
+            }
+        }
+        (percentile(&mut before, q), percentile(&mut after, q))
     }
 }
 
@@ -1746,7 +1920,10 @@ impl ServiceEnv {
             .env("TOOLLEDGER_DATA_DIR", &self.data_dir)
             .env("TOOLLEDGER_NATS__URL", &self.nats_url)
             .env("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0")
-            .env("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn")
+            .env(
+                "TOOLLEDGER_TELEMETRY__LOG_FILTER",
+                std::env::var("TOOLLEDGER_BENCH_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            )
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)

@@ -19,13 +19,18 @@ pub const TENANTS: [&str; 3] = ["acme", "globex", "initech"];
 /// `count` producer events from consecutive generator seeds starting at `seed`: distinct ids, the
 /// generator's mix of classes and sizes, sessions kept whole except the last.
 pub fn events(count: usize, seed: u64) -> Vec<Value> {
+    events_of(&TENANTS, count, seed)
+}
+
+/// [`events`] of `tenants` instead of the workload's own.
+pub fn events_of(tenants: &[&str], count: usize, seed: u64) -> Vec<Value> {
     let mut events = Vec::with_capacity(count);
     let mut seed = seed;
     while events.len() < count {
         let generated = generate(&GeneratorConfig {
             seed,
             sessions: 10,
-            tenants: TENANTS.iter().map(|t| (*t).to_owned()).collect(),
+            tenants: tenants.iter().map(|t| (*t).to_owned()).collect(),
             extra_invocations: 5,
             ..GeneratorConfig::default()
         });

@@ -27,9 +27,10 @@ use crate::{Error, Result};
 /// The stream that keeps ATL_INBOUND's max-deliveries advisories until ingest handles them.
 pub const ADVISORIES: &str = "ATL_INBOUND_ADVISORIES";
 
-/// The advisory subject for `consumer` on ATL_INBOUND.
-pub fn advisory_subject(consumer: &str) -> String {
-    format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{INBOUND}.{consumer}")
+/// The max-deliveries advisories of every consumer on ATL_INBOUND (ingest's lanes are its only
+/// consumers: a work queue's filters never overlap).
+pub fn advisory_subject() -> String {
+    format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{INBOUND}.*")
 }
 
 /// The server's own error reply to an API request, as an error source.
@@ -37,21 +38,32 @@ fn api_error(code: u16, description: Option<String>) -> crate::error::BoxError {
     format!("server error {code}: {}", description.unwrap_or_default()).into()
 }
 
-/// Creates the advisory stream if it is missing and returns a consumer on it.
-pub async fn advisory_consumer(
-    js: &jetstream::Context,
-    consumer: &str,
-) -> Result<jetstream::consumer::PullConsumer> {
-    let stream = js
-        .get_or_create_stream(stream::Config {
-            name: ADVISORIES.to_owned(),
-            subjects: vec![advisory_subject(consumer)],
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            ..Default::default()
-        })
+/// Creates the advisory stream if it is missing and returns a consumer on it. A stream made before
+/// ingest read ATL_INBOUND tenant by tenant captures only the single consumer's advisories; it is
+/// widened to every lane's.
+pub async fn advisory_consumer(js: &jetstream::Context) -> Result<jetstream::consumer::PullConsumer> {
+    let config = stream::Config {
+        name: ADVISORIES.to_owned(),
+        subjects: vec![advisory_subject()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let mut stream = js
+        .get_or_create_stream(config.clone())
         .await
         .map_err(|e| Error::stream(ADVISORIES, "opening", e))?;
+    let subjects = &stream
+        .info()
+        .await
+        .map_err(|e| Error::stream(ADVISORIES, "opening", e))?
+        .config
+        .subjects;
+    if *subjects != config.subjects {
+        js.update_stream(config)
+            .await
+            .map_err(|e| Error::stream(ADVISORIES, "widening its subjects to every lane", e))?;
+    }
     stream
         .get_or_create_consumer(
             "ingest",
@@ -119,9 +131,9 @@ pub(crate) async fn raw_get(js: &jetstream::Context, seq: u64) -> Result<Option<
         .map(original_of_stored))
 }
 
-/// The first inbound message at or after `seq`, read raw like [`raw_get`].
-pub(crate) async fn raw_next(js: &jetstream::Context, seq: u64) -> Result<Option<Original>> {
-    Ok(toolledger_ledger::next_stored_message(js, INBOUND, seq)
+/// The first inbound message on `subjects` at or after `seq`, read raw like [`raw_get`].
+pub(crate) async fn raw_next(js: &jetstream::Context, subjects: &str, seq: u64) -> Result<Option<Original>> {
+    Ok(toolledger_ledger::next_stored_message(js, INBOUND, subjects, seq)
         .await?
         .map(original_of_stored))
 }

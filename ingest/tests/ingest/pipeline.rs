@@ -1,5 +1,6 @@
 //! The ingest service end to end against a real nats-server: generated events in, ledger out.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
@@ -50,6 +51,14 @@ impl Running {
         data_dir: &std::path::Path,
         adjust: impl FnOnce(&mut IngestSettings),
     ) -> Self {
+        // `TOOLLEDGER_TEST_LOG=toolledger_ingest=debug` shows what ingest did in a failing test.
+        if let Ok(log_filter) = std::env::var("TOOLLEDGER_TEST_LOG") {
+            let _ = toolledger_core::telemetry::init_tracing(&toolledger_core::config::TelemetryConfig {
+                metrics_listen: ([127, 0, 0, 1], 0).into(),
+                log_filter,
+                log_format: toolledger_core::config::LogFormat::Text,
+            });
+        }
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = IngestMetrics::register(&mut registry);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -149,6 +158,35 @@ pub fn ids_of(events: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// The events' ids tenant by tenant, in the order given: the order the ledger promises.
+pub fn ids_by_tenant(events: &[Value]) -> BTreeMap<String, Vec<String>> {
+    let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for event in events {
+        by_tenant
+            .entry(event["tenant"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(event["id"].as_str().unwrap().to_owned());
+    }
+    by_tenant
+}
+
+/// The entries' event ids tenant by tenant, in ledger order (the ledger's own receipts left out).
+pub fn entry_ids_by_tenant(entries: &[LedgerEntry]) -> BTreeMap<String, Vec<String>> {
+    let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for entry in entries
+        .iter()
+        .filter(|e| class_of(e) != "toolledger.quarantine.recorded")
+    {
+        let tenant = entry
+            .event
+            .extension("tenant")
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        by_tenant.entry(tenant).or_default().push(id_of(entry));
+    }
+    by_tenant
+}
+
 pub fn class_of(entry: &LedgerEntry) -> String {
     entry.event.ty().to_owned()
 }
@@ -197,9 +235,12 @@ async fn generated_events_land_once_in_order_and_repeats_add_nothing() {
     publish(&js, &events, Mode::Binary, true).await;
     drained(&js).await;
     let stored = ledger(&js).await;
-    let ids: Vec<String> = stored.iter().map(id_of).collect();
-    let expected = ids_of(&events);
-    assert_eq!(ids, expected, "every event once, in publish order");
+    assert_eq!(stored.len(), events.len(), "every event once");
+    assert_eq!(
+        entry_ids_by_tenant(&stored),
+        ids_by_tenant(&events),
+        "every event once, each tenant's in publish order"
+    );
     for entry in &stored {
         assert!(
             entry
@@ -358,15 +399,31 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
         .into_iter()
         .map(|(_, reason)| reason)
         .collect();
+    // Every case but the unsafe tenant's is acme's, in acme's order; the unsafe one is its own lane.
     let expected: Vec<&str> = cases.iter().map(|(_, _, reason)| *reason).collect();
-    assert_eq!(reasons, expected);
+    let acme = |reasons: &[&str]| -> Vec<String> {
+        reasons
+            .iter()
+            .filter(|r| **r != "unsafe_tenant")
+            .map(|r| (*r).to_owned())
+            .collect()
+    };
+    let got: Vec<&str> = reasons.iter().map(String::as_str).collect();
+    assert_eq!(acme(&got), acme(&expected));
+    assert_eq!(got.iter().filter(|r| **r == "unsafe_tenant").count(), 1);
     let stored = ledger(&js).await;
     let receipts: Vec<String> = stored
         .iter()
         .filter(|e| class_of(e) == "toolledger.quarantine.recorded")
         .map(|e| receipt_data(e)["reason"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(receipts, expected, "one receipt per rejection, in order");
+    let receipts: Vec<&str> = receipts.iter().map(String::as_str).collect();
+    assert_eq!(
+        acme(&receipts),
+        acme(&expected),
+        "one receipt per rejection, in order"
+    );
+    assert_eq!(receipts.len(), expected.len());
     let unsafe_receipt = stored
         .iter()
         .find(|e| receipt_data(e)["reason"] == "unsafe_tenant")
@@ -787,9 +844,66 @@ async fn ten_thousand_events_land_exactly_once_in_producer_order() {
     events.truncate(10_000);
     publish(&js, &events, Mode::Binary, true).await;
     drained(&js).await;
-    let ids: Vec<String> = ledger(&js).await.iter().map(id_of).collect();
-    let expected = ids_of(&events);
-    assert_eq!(ids.len(), 10_000);
-    assert!(ids == expected, "the ledger departs from the producer's order");
+    let stored = ledger(&js).await;
+    assert_eq!(stored.len(), 10_000);
+    assert!(
+        entry_ids_by_tenant(&stored) == ids_by_tenant(&events),
+        "the ledger departs from a tenant's producer order"
+    );
+    ingest.stop().await;
+}
+
+/// Generated events of `tenant` only, at least `count` of them.
+fn events_of(tenant: &str, count: usize, first_seed: u64) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut seed = first_seed;
+    while events.len() < count {
+        events.extend(
+            generate(&GeneratorConfig {
+                seed,
+                sessions: 10,
+                tenants: vec![tenant.to_owned()],
+                ..Default::default()
+            })
+            .events,
+        );
+        seed += 1;
+    }
+    events.truncate(count);
+    events
+}
+
+#[tokio::test]
+async fn one_tenants_backlog_takes_only_its_share_of_each_batch() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    // A's burst waits in ATL_INBOUND ahead of B's few events.
+    let burst = events_of("acme", 20_000, 500);
+    let few = events_of("globex", 50, 900);
+    publish(&js, &burst, Mode::Binary, true).await;
+    publish(&js, &few, Mode::Binary, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let batch = IngestSettings::new(dir.path()).batch_size;
+    let ingest = Running::start(&nats, dir.path());
+    drained(&js).await;
+    let stored = ledger(&js).await;
+    assert_eq!(stored.len(), burst.len() + few.len(), "every event once");
+    let mut expected = ids_by_tenant(&burst);
+    expected.extend(ids_by_tenant(&few));
+    assert!(
+        entry_ids_by_tenant(&stored) == expected,
+        "each tenant's events in its inbound order"
+    );
+    // In inbound order globex's events would come after all 20,000 of acme's; with a lane each,
+    // they go into the first batches beside acme's share.
+    let last_globex = stored
+        .iter()
+        .rposition(|e| e.event.extension("tenant").map(|t| t.to_string()).as_deref() == Some("globex"))
+        .unwrap();
+    assert!(
+        last_globex < 3 * batch,
+        "globex's last event is entry {last_globex}: it waited behind acme's backlog"
+    );
     ingest.stop().await;
 }

@@ -431,18 +431,20 @@ pub async fn stored_message(
     get_stored(js, stream, seq, serde_json::json!({ "seq": seq })).await
 }
 
-/// The first message of `stream` at or after `seq`, read like [`stored_message`]: what a work queue
-/// holds next from `seq` on. `None` when nothing is stored there.
+/// The first message of `stream` on `subjects` (a filter, `>` for any) at or after `seq`, read like
+/// [`stored_message`]: what a work queue holds next from `seq` on for those subjects. `None` when
+/// nothing is stored there.
 pub async fn next_stored_message(
     js: &jetstream::Context,
     stream: &str,
+    subjects: &str,
     seq: u64,
 ) -> Result<Option<StoredMessage>> {
     get_stored(
         js,
         stream,
         seq,
-        serde_json::json!({ "seq": seq, "next_by_subj": ">" }),
+        serde_json::json!({ "seq": seq, "next_by_subj": subjects }),
     )
     .await
 }

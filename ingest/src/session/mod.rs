@@ -3,9 +3,11 @@
 //! ```text
 //! acquire lease ─▶ open appender at the ledger tail ─▶ catch the identity index up to the tail
 //!   ─▶ two stages, one batch apart (see `Session`):
-//!      front: fetch ≤ batch from ATL_INBOUND (own connection) ▸ hold in inbound order ▸ read
-//!             missing deliveries raw ▸ pipeline::classify_batch (decode ▸ validate ▸ scrub ▸ seal ▸
-//!             dedupe against the index and the batches in flight) ──▶ channel of one batch
+//!      front: a lane per tenant (see `lanes`), fed by a continuous pull on the tenant's consumer
+//!             (own connection) ▸ hold in the tenant's inbound order ▸ read missing deliveries raw ▸
+//!             when the back can take one, a batch of every lane's share ▸ pipeline::classify_batch
+//!             (decode ▸ validate ▸ scrub ▸ seal ▸ dedupe against the index and the batches in
+//!             flight) ──▶ channel of one batch
 //!      back:  pipeline::offload for entries whose payloads move; rejects: original ─▶ ATL_QUARANTINE,
 //!             receipt ─▶ batch ▸ append (entries and receipts, in inbound order), grow the Merkle
 //!             tree, sign a checkpoint every N entries or T seconds ▸ index the new identities (one
@@ -18,7 +20,7 @@
 //! holds it. Any failure ends the session: the loop starts again from the top, re-reading the
 //! ledger tail, and unacked messages come back; duplicate detection drops what had already landed.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,11 +30,11 @@ use toolledger_core::telemetry::ErrorChain;
 
 use async_nats::jetstream::{self, AckKind, consumer::pull};
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use toolledger_ledger::{OrderedReader, ReadSpec, read_range};
 use toolledger_merkle::NoteSigner;
 use toolledger_wire::LedgerEntry;
-use toolledger_wire::streams::{INBOUND, LEDGER};
+use toolledger_wire::streams::{INBOUND, INBOUND_SUBJECTS, LEDGER};
 
 use crate::append::{Appender, PendingEntry};
 use crate::checkpoint::{self, CheckpointSettings, Checkpointer};
@@ -46,6 +48,9 @@ use crate::quarantine::{self, Original};
 use crate::scrub::ScrubConfig;
 use crate::{Error, Result};
 
+mod lanes;
+use lanes::{Delivery, Done, Item, Lane, LaneKey, Lanes};
+
 /// How ingest runs.
 #[derive(Debug, Clone)]
 pub struct IngestSettings {
@@ -54,7 +59,8 @@ pub struct IngestSettings {
     /// cost on the server (a staging store per atomic batch; the bench's relay moved 29k events/s
     /// with batches of 256, 41k with 1,000) and stays around a megabyte for typical events.
     pub batch_size: usize,
-    /// How long a fetch waits for a full batch before taking what is there.
+    /// How long a lane's pull request lasts (twice this) and how often the server sends heartbeats
+    /// on it (half this).
     pub fetch_wait: Duration,
     /// Deliveries before JetStream gives up on a message (it then goes to the poison path).
     pub max_deliver: i64,
@@ -154,10 +160,15 @@ fn absolute(path: &std::path::Path) -> PathBuf {
 /// How long a session may take to finish after shutdown is asked for before it is abandoned (its
 /// unacked messages come back to the next ingest; the lease lapses on its own).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
-/// How long a fetch may overrun its own expiry before the inbound connection is taken for dead.
-const FETCH_GRACE: Duration = Duration::from_millis(500);
 /// How often the back stage looks at the lease and the checkpoint clock while no batch comes.
 const TICK: Duration = Duration::from_millis(100);
+/// How often the front looks for tenants with messages and no lane yet, and for max-deliveries
+/// advisories.
+const DISCOVER_EVERY: Duration = Duration::from_millis(250);
+/// How long a lane may have nothing before it is closed (it opens again when messages come).
+const LANE_IDLE: Duration = Duration::from_secs(60);
+/// How long a lane's consumer may go unused before the server removes it.
+const CONSUMER_INACTIVE: Duration = Duration::from_secs(3600);
 
 /// Runs ingest until `shutdown` completes, starting over after any failure. On shutdown the batch
 /// in hand is finished and the lease released, so another ingest can take over at once; a session
@@ -304,31 +315,50 @@ struct Shared<'a> {
 /// One lease-holding run: two stages and a monitor.
 ///
 /// ```text
-///  front: advisories ▸ fetch ▸ hold in inbound order ▸ fill gaps raw ▸ classify ─┐ channel of 1
-///  back:                     ◀─ offload ▸ quarantine ▸ append ▸ checkpoint ▸ index ▸ ack ─┘
+///  front: advisories ▸ find tenants ▸ fetch every lane ▸ hold each in inbound order ▸ fill gaps raw
+///         ▸ a batch of every lane's share ▸ classify ─┐ channel of 1
+///  back:  ◀─ offload ▸ quarantine ▸ append ▸ checkpoint ▸ index ▸ ack ─┘
 ///  monitor: inbound lag every second; ends the session when a stage stalls
 /// ```
 ///
 /// The front classifies batch N+1 while the back appends batch N: at most three batches are past
-/// the fetch at once (one being classified, one waiting in the channel, one being appended), so the
-/// consumer's `max_ack_pending` of eight batches keeps deliveries coming meanwhile.
+/// the hold at once (one being classified, one waiting in the channel, one being appended). Each
+/// lane fetches while it holds less than a batch, and its consumer's `max_ack_pending` of four
+/// batches keeps deliveries coming meanwhile.
 struct Session {
     front: Front,
     back: Back,
-    monitor: jetstream::consumer::Consumer<pull::Config>,
+    monitor: jetstream::stream::Stream,
 }
 
-/// The first stage: ATL_INBOUND in inbound order, classified.
+/// The first stage: ATL_INBOUND lane by lane (see [`lanes`]), classified.
 struct Front {
     js: jetstream::Context,
     stages: Arc<Stages>,
     inbound: Inbound,
     advisories: jetstream::consumer::PullConsumer,
-    /// Inbound messages in hand that are not yet in a batch, by inbound sequence; `None` marks a
-    /// sequence with no message any more (deleted by an operator), which a batch skips.
-    held: BTreeMap<u64, Option<Item>>,
-    /// The inbound sequence the next batch starts at: everything before it is in a batch.
-    next: u64,
+    /// ATL_INBOUND on the session's connection: its subjects name the tenants with messages.
+    stream: jetstream::stream::Stream,
+    lanes: Lanes,
+    /// Each lane's consumer, on the inbound connection (opened again after it is replaced).
+    consumers: HashMap<LaneKey, jetstream::consumer::PullConsumer>,
+    /// Each lane's feeder ([`feed_lane`]); replaced (so aborted) with the connection.
+    feeders: tokio::task::JoinSet<()>,
+    feeding: HashMap<LaneKey, tokio::task::AbortHandle>,
+    /// What the feeders fetched.
+    fed: tokio::sync::mpsc::Receiver<Fetched>,
+    feed: tokio::sync::mpsc::Sender<Fetched>,
+    /// Counts inbound connections, so a failure reported from a replaced one is not acted on.
+    generation: u64,
+    /// When the stream's subjects were last looked at for new tenants.
+    discovered: Option<Instant>,
+}
+
+/// A lane's fetch, done: its deliveries, or why the connection is taken for gone.
+struct Fetched {
+    lane: LaneKey,
+    generation: u64,
+    outcome: std::result::Result<Vec<jetstream::Message>, String>,
 }
 
 /// The second stage: the ledger's single writer.
@@ -338,22 +368,6 @@ struct Back {
     lease: Lease,
     appender: Appender,
     checkpointer: Checkpointer,
-}
-
-/// An inbound message in a batch, and what finishes it once the ledger holds it.
-struct Item {
-    original: Original,
-    done: Done,
-}
-
-enum Done {
-    /// Delivered normally: ack it.
-    Ack(jetstream::Message),
-    /// Fetched raw after its deliveries ran out: delete it from ATL_INBOUND, then ack the advisory.
-    Exhausted(jetstream::Message),
-    /// Fetched raw because its delivery did not arrive (a header block the client cannot read, or a
-    /// delivery still out from an earlier session): delete it from ATL_INBOUND.
-    Raw,
 }
 
 /// A classified batch on its way from the front to the back.
@@ -410,33 +424,31 @@ impl Beats {
     }
 }
 
-/// The inbound deliveries' own connection and consumer handle.
+/// The inbound deliveries' own connection.
 struct Inbound {
     connector: Connector,
-    consumer_name: String,
-    consumer: jetstream::consumer::Consumer<pull::Config>,
-    /// Notified when the connection drops.
-    lost: Arc<tokio::sync::Notify>,
+    /// ATL_INBOUND on this connection, where the lanes' consumers are opened.
+    stream: jetstream::stream::Stream,
+    /// Turns true when the connection drops.
+    lost: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Inbound {
-    async fn open(connector: &Connector, consumer_name: &str) -> Result<Self> {
-        // A header block the client cannot parse drops this connection; the client would reconnect
-        // by itself, but the fetch in progress would wait out its expiry. The disconnect event ends
-        // that fetch at once instead.
-        let lost = Arc::new(tokio::sync::Notify::new());
+    async fn open(connector: &Connector) -> Result<Self> {
+        // A header block the client cannot parse drops this connection (or panics its task); the
+        // client would reconnect by itself, but the fetches out would wait out their expiry. The
+        // disconnect event ends them at once instead.
+        let (dropped, lost) = tokio::sync::watch::channel(false);
         let (addrs, options) =
             toolledger_wire::connect::options(&connector.url, &format!("{} inbound", connector.name))
                 .map_err(|e| Error::stream("nats", "connecting", e))?;
-        let signal = Arc::clone(&lost);
+        let dropped = Arc::new(dropped);
         let client = options
             .event_callback(move |event| {
-                let signal = Arc::clone(&signal);
+                let dropped = Arc::clone(&dropped);
                 async move {
-                    // Only a fetch in progress is woken: a disconnect between fetches leaves no
-                    // permit behind (the client reconnects, and the next fetch asks afresh).
                     if matches!(event, async_nats::Event::Disconnected) {
-                        signal.notify_waiters();
+                        let _ = dropped.send(true);
                     }
                 }
             })
@@ -444,75 +456,83 @@ impl Inbound {
             .await
             .map_err(|e| Error::stream("nats", "connecting", e))?;
         let js = jetstream::new(client);
-        let consumer = js
-            .get_consumer_from_stream(consumer_name, INBOUND)
+        let stream = js
+            .get_stream(INBOUND)
             .await
-            .map_err(|e| Error::stream(INBOUND, format!("opening consumer {consumer_name}"), e))?;
+            .map_err(|e| Error::stream(INBOUND, "opening", e))?;
         Ok(Self {
             connector: connector.clone(),
-            consumer_name: consumer_name.to_owned(),
-            consumer,
+            stream,
             lost,
         })
     }
 
-    /// Up to a batch of deliveries. A fetch that fails or overruns its expiry, or a connection that
-    /// drops, means the connection is gone (a header block broke the client, or the server went
-    /// away): it is replaced, and what it would have delivered is filled in raw by
-    /// [`Front::fill_gap`].
-    async fn fetch(&mut self, settings: &IngestSettings) -> Result<Vec<jetstream::Message>> {
-        let lost = Arc::clone(&self.lost);
-        let lost = lost.notified();
-        tokio::pin!(lost);
-        // Registered before the pull request goes out, so a disconnect during it is never missed.
-        lost.as_mut().enable();
-        let fetch = tokio::time::timeout(settings.fetch_wait + FETCH_GRACE, async {
-            let mut batch = self
-                .consumer
-                .fetch()
-                .max_messages(settings.batch_size)
-                .expires(settings.fetch_wait)
-                .messages()
-                .await
-                .map_err(|e| Error::stream(INBOUND, "fetching", e))?;
-            let mut messages = Vec::new();
-            while let Some(message) = batch.next().await {
-                match message {
-                    Ok(message) => messages.push(message),
-                    // A message the client could not parse: filled in raw.
-                    Err(error) => {
-                        tracing::warn!(error = %ErrorChain(&*error), "inbound message could not be read")
-                    }
-                }
+    /// Whether the connection has dropped since it was opened.
+    fn dropped(&self) -> bool {
+        *self.lost.borrow()
+    }
+}
+
+/// A lane's feeder: a continuous pull (up to `max` deliveries asked for at a time, topped up as
+/// they arrive, with heartbeats), forwarded to the front in chunks of what has arrived, so
+/// deliveries keep coming while the front classifies and the back appends (the consumer's
+/// `max_ack_pending` bounds what a lane holds). A pull that fails, or heartbeats that stop, mean
+/// the connection is gone (a header block broke the client, or the server went away): the feeder
+/// reports it and stops.
+async fn feed_lane(
+    lane: LaneKey,
+    consumer: jetstream::consumer::PullConsumer,
+    max: usize,
+    wait: Duration,
+    generation: u64,
+    to_front: tokio::sync::mpsc::Sender<Fetched>,
+) {
+    let report = |outcome| Fetched {
+        lane: lane.clone(),
+        generation,
+        outcome,
+    };
+    let stream = consumer
+        .stream()
+        .max_messages_per_batch(max)
+        .expires(wait * 2)
+        .heartbeat(wait / 2)
+        .messages()
+        .await;
+    let mut messages = match stream {
+        Ok(messages) => messages,
+        Err(error) => {
+            let why = ErrorChain(&error).to_string();
+            drop(error);
+            let _ = to_front.send(report(Err(why))).await;
+            return;
+        }
+    };
+    loop {
+        let first = match messages.next().await {
+            Some(Ok(message)) => message,
+            Some(Err(error)) => {
+                let why = ErrorChain(&error).to_string();
+                drop(error);
+                let _ = to_front.send(report(Err(why))).await;
+                return;
             }
-            Ok::<_, Error>(messages)
-        });
-        let fetched = tokio::select! {
-            fetched = fetch => fetched,
-            () = &mut lost => {
-                tracing::warn!("inbound connection dropped; reconnecting");
-                self.reconnect().await?;
-                return Ok(Vec::new());
+            None => {
+                let _ = to_front.send(report(Err("the pull ended".to_owned()))).await;
+                return;
             }
         };
-        match fetched {
-            Ok(Ok(messages)) => Ok(messages),
-            Ok(Err(error)) => {
-                tracing::warn!(error = %ErrorChain(&error), "inbound fetch failed; reconnecting");
-                self.reconnect().await?;
-                Ok(Vec::new())
-            }
-            Err(_) => {
-                tracing::warn!("inbound fetch overran its expiry; reconnecting");
-                self.reconnect().await?;
-                Ok(Vec::new())
+        let mut chunk = vec![first];
+        // What else has arrived, without waiting.
+        while chunk.len() < max {
+            match messages.next().now_or_never() {
+                Some(Some(Ok(message))) => chunk.push(message),
+                _ => break,
             }
         }
-    }
-
-    async fn reconnect(&mut self) -> Result<()> {
-        *self = Self::open(&self.connector, &self.consumer_name).await?;
-        Ok(())
+        if to_front.send(report(Ok(chunk))).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -556,42 +576,46 @@ impl Session {
         metrics
             .last_seq
             .set(i64::try_from(appender.last_seq()).unwrap_or(i64::MAX));
-        let mut inbound = js
+        let stream = js
             .get_stream(INBOUND)
             .await
             .map_err(|e| Error::stream(INBOUND, "opening", e))?;
-        let monitor = inbound
-            .get_or_create_consumer(
-                &settings.consumer,
-                pull::Config {
-                    durable_name: Some(settings.consumer.clone()),
-                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                    ack_wait: settings.ack_wait,
-                    max_deliver: settings.max_deliver,
-                    // Bounded in flight: the pipeline's three batches and the reorder hold.
-                    max_ack_pending: i64::try_from(settings.batch_size * 8).unwrap_or(2048),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| Error::stream(INBOUND, format!("opening consumer {}", settings.consumer), e))?;
-        // ATL_INBOUND is a work queue that ingest empties strictly in order, so it holds one range
-        // of sequences from its first one: the first batch starts there.
-        let next = inbound
-            .info()
-            .await
-            .map_err(|e| Error::stream(INBOUND, "reading its state", e))?
-            .state
-            .first_sequence;
-        let advisories = poison::advisory_consumer(js, &settings.consumer).await?;
+        // Before lanes, ingest read ATL_INBOUND through one unfiltered consumer; a work queue takes
+        // no filtered consumer beside it. Its unacked messages stay in the stream for the lanes.
+        match stream.delete_consumer(&settings.consumer).await {
+            Ok(_) => tracing::info!(
+                consumer = settings.consumer,
+                "removed the single inbound consumer; ingest reads ATL_INBOUND tenant by tenant now"
+            ),
+            Err(error)
+                if matches!(error.kind(), jetstream::stream::ConsumerErrorKind::JetStream(inner)
+                    if inner.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND) => {}
+            Err(error) => {
+                return Err(Error::stream(
+                    INBOUND,
+                    format!("removing consumer {}", settings.consumer),
+                    error,
+                ));
+            }
+        }
+        let advisories = poison::advisory_consumer(js).await?;
+        // Room for a few fetches a lane before feeders wait for the front.
+        let (feed, fed) = tokio::sync::mpsc::channel(64);
         Ok(Self {
             front: Front {
                 js: js.clone(),
                 stages: Arc::clone(stages),
-                inbound: Inbound::open(connector, &settings.consumer).await?,
+                inbound: Inbound::open(connector).await?,
                 advisories,
-                held: BTreeMap::new(),
-                next,
+                stream: stream.clone(),
+                lanes: Lanes::new(),
+                consumers: HashMap::new(),
+                feeders: tokio::task::JoinSet::new(),
+                feeding: HashMap::new(),
+                fed,
+                feed,
+                generation: 0,
+                discovered: None,
             },
             back: Back {
                 js: js.clone(),
@@ -600,7 +624,7 @@ impl Session {
                 appender,
                 checkpointer,
             },
-            monitor,
+            monitor: stream,
         })
     }
 
@@ -623,8 +647,8 @@ impl Session {
 }
 
 /// Reports the inbound lag every second, and ends the session (returns why) when a stage has been
-/// at one step longer than the stall limit or the inbound consumer cannot be read for that long.
-async fn watch(mut consumer: jetstream::consumer::Consumer<pull::Config>, shared: Shared<'_>) -> Error {
+/// at one step longer than the stall limit or ATL_INBOUND cannot be read for that long.
+async fn watch(mut inbound: jetstream::stream::Stream, shared: Shared<'_>) -> Error {
     let limit = shared.settings.stall_after;
     let mut unreadable_since: Option<Instant> = None;
     loop {
@@ -632,20 +656,21 @@ async fn watch(mut consumer: jetstream::consumer::Consumer<pull::Config>, shared
         if let Some(what) = shared.beats.stalled(limit) {
             return Error::Stalled { what };
         }
-        match tokio::time::timeout(Duration::from_secs(2), consumer.info()).await {
+        match tokio::time::timeout(Duration::from_secs(2), inbound.info()).await {
             Ok(Ok(info)) => {
                 unreadable_since = None;
+                // A work queue holds exactly what ingest has not finished.
                 shared
                     .metrics
                     .inbound_lag
-                    .set(i64::try_from(info.num_pending + info.num_ack_pending as u64).unwrap_or(i64::MAX));
+                    .set(i64::try_from(info.state.messages).unwrap_or(i64::MAX));
             }
             _ => {
                 let since = *unreadable_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > limit {
                     return Error::Stalled {
                         what: format!(
-                            "the inbound consumer could not be read for {:.1} s",
+                            "ATL_INBOUND could not be read for {:.1} s",
                             since.elapsed().as_secs_f64()
                         ),
                     };
@@ -653,6 +678,13 @@ async fn watch(mut consumer: jetstream::consumer::Consumer<pull::Config>, shared
             }
         }
     }
+}
+
+/// What a waiting front woke for.
+enum Woke<P> {
+    Fed(Option<Fetched>),
+    Back(P),
+    Other,
 }
 
 impl Front {
@@ -663,64 +695,73 @@ impl Front {
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) -> Result<()> {
         let settings = shared.settings;
-        let mut progressed = Instant::now();
         let mut late = Vec::new();
         loop {
             shared.beats.busy(&shared.beats.front);
             if *stop.borrow() {
                 return Ok(());
             }
-            for (original, advisory) in poison::take(&self.js, &self.advisories, settings.batch_size).await? {
-                let seq = original.inbound_seq;
-                self.hold(
-                    seq,
-                    Item {
-                        original,
-                        done: Done::Exhausted(advisory),
-                    },
-                );
+            if self.inbound.dropped() {
+                tracing::warn!("inbound connection dropped; reconnecting");
+                self.reconnect().await?;
             }
-            let fetched = tokio::select! {
-                fetched = self.inbound.fetch(settings) => fetched?,
-                _ = stop.changed() => continue,
+            // New tenants and exhausted messages are looked for a few times a second, not on every
+            // delivery (each look is a request).
+            if self.discovered.is_none_or(|at| at.elapsed() >= DISCOVER_EVERY) {
+                for (original, advisory) in
+                    poison::take(&self.js, &self.advisories, settings.batch_size).await?
+                {
+                    self.route(original, Done::Exhausted(advisory), None, &mut late);
+                }
+                self.discover().await?;
+            }
+            self.arm(settings).await?;
+            self.take_fed(&mut late).await?;
+            if !self.lanes.work_in_hand() && late.is_empty() {
+                // Waiting for deliveries is not a stall.
+                Beats::idle(&shared.beats.front);
+                let mut lost = self.inbound.lost.clone();
+                let woke: Woke<()> = tokio::select! {
+                    fed = self.fed.recv() => Woke::Fed(fed),
+                    _ = lost.wait_for(|dropped| *dropped) => Woke::Other,
+                    () = tokio::time::sleep(DISCOVER_EVERY) => Woke::Other,
+                    _ = stop.changed() => Woke::Other,
+                };
+                if let Woke::Fed(Some(fed)) = woke {
+                    shared.beats.busy(&shared.beats.front);
+                    self.take_in(fed, &mut late).await?;
+                }
+                continue;
+            }
+            // The batch is taken when the back can take it (it is done with the one before);
+            // deliveries keep coming into the lanes meanwhile, and the batch takes them all.
+            Beats::idle(&shared.beats.front);
+            let permit = loop {
+                let woke = tokio::select! {
+                    biased;
+                    permit = to_back.reserve() => Woke::Back(permit),
+                    fed = self.fed.recv() => Woke::Fed(fed),
+                };
+                match woke {
+                    Woke::Back(Ok(permit)) => break permit,
+                    // The back has ended: its outcome is the session's.
+                    Woke::Back(Err(_)) => return Ok(()),
+                    Woke::Fed(Some(fed)) => self.take_in(fed, &mut late).await?,
+                    Woke::Fed(None) | Woke::Other => {}
+                }
             };
-            for message in fetched {
-                let original = original_of(&message);
-                self.hold(
-                    original.inbound_seq,
-                    Item {
-                        original,
-                        done: Done::Ack(message),
-                    },
-                );
-            }
-            self.fill_gap(settings.batch_size).await?;
-            late.extend(self.take_late());
-            let run = self.contiguous_run(settings.batch_size);
+            shared.beats.busy(&shared.beats.front);
+            self.take_fed(&mut late).await?;
+            self.fill(settings.batch_size).await?;
+            self.keep_from_redelivery(settings.ack_wait).await;
+            let run = self.lanes.batch(settings.batch_size);
             if run.is_empty() {
                 if !late.is_empty() {
-                    Beats::idle(&shared.beats.front);
-                    let batch = Classified {
+                    permit.send(Classified {
                         items: Vec::new(),
                         verdicts: Vec::new(),
                         late: std::mem::take(&mut late),
-                    };
-                    if to_back.send(batch).await.is_err() {
-                        return Ok(());
-                    }
-                }
-                // An older message is still out; keep the later ones from being redelivered meanwhile.
-                if !self.held.is_empty() && progressed.elapsed() >= settings.ack_wait / 3 {
-                    for held in self.held.values() {
-                        if let Some(Item {
-                            done: Done::Ack(message),
-                            ..
-                        }) = held
-                        {
-                            let _ = message.ack_with(AckKind::Progress).await;
-                        }
-                    }
-                    progressed = Instant::now();
+                    });
                 }
                 continue;
             }
@@ -737,99 +778,205 @@ impl Front {
                 .await
                 .map_err(Error::task("classify"))??
             };
-            Beats::idle(&shared.beats.front);
-            let batch = Classified {
+            tracing::debug!(events = run.len(), late = late.len(), "batch classified");
+            permit.send(Classified {
                 items: run,
                 verdicts,
                 late: std::mem::take(&mut late),
-            };
-            // The back has ended: its outcome is the session's.
-            if to_back.send(batch).await.is_err() {
-                return Ok(());
-            }
+            });
         }
     }
 
-    /// Keeps `item` for inbound sequence `seq`. A delivery replaces the copy in hand (only the latest
-    /// delivery can be acked); a raw copy never replaces one in hand.
-    fn hold(&mut self, seq: u64, item: Item) {
-        if matches!(item.done, Done::Raw) && self.held.contains_key(&seq) {
-            return;
-        }
-        self.held.insert(seq, Some(item));
-    }
-
-    /// When the message the next batch starts with is not in hand, reads it, and the ones after it
-    /// up to what is in hand, raw from ATL_INBOUND (at most `max`).
-    ///
-    /// A delivery is missing when the client could not parse it (the connection was replaced), when
-    /// it is still out from an earlier session (until its ack wait passes), or when the consumer has
-    /// reached its ack-pending limit; JetStream would redeliver it only after its ack wait, holding up
-    /// every tenant behind it. Read raw (`STREAM.MSG.GET`, base64 headers no parser chokes on) it is
-    /// handled at once: appended, or quarantined as `poison_message` when its header block does not
-    /// parse, and then deleted from ATL_INBOUND. Sequences with no message (deleted) are skipped.
-    async fn fill_gap(&mut self, max: usize) -> Result<()> {
-        let mut cursor = self.next;
-        for _ in 0..max {
-            if self.held.contains_key(&cursor) {
-                break;
-            }
-            let Some(original) = poison::raw_next(&self.js, cursor).await? else {
-                break;
-            };
-            let seq = original.inbound_seq;
-            // Nothing is stored between `cursor` and `seq`, and a work queue never refills a sequence.
-            for gone in cursor..seq {
-                self.held.entry(gone).or_insert(None);
-            }
-            let in_hand = self.held.contains_key(&seq);
-            self.hold(
-                seq,
-                Item {
-                    original,
-                    done: Done::Raw,
-                },
-            );
-            if in_hand {
-                break;
-            }
-            cursor = seq + 1;
+    /// Takes in everything the feeders have fetched so far.
+    async fn take_fed(&mut self, late: &mut Vec<Item>) -> Result<()> {
+        while let Ok(fed) = self.fed.try_recv() {
+            self.take_in(fed, late).await?;
         }
         Ok(())
     }
 
-    /// Copies of messages that are already in a batch (redeliveries), taken out of the hold.
-    fn take_late(&mut self) -> Vec<Item> {
-        let mut late = Vec::new();
-        while let Some(entry) = self.held.first_entry() {
-            if *entry.key() >= self.next {
-                break;
-            }
-            if let Some(item) = entry.remove() {
-                late.push(item);
-            }
+    /// Puts an inbound message into its tenant's lane, or among the late copies when the lane is
+    /// past it.
+    fn route(&mut self, original: Original, done: Done, delivery: Option<Delivery>, late: &mut Vec<Item>) {
+        let key = LaneKey::of(&original.subject).unwrap_or(LaneKey::Bare);
+        let lane = self.lanes.lanes.entry(key).or_insert_with(Lane::new);
+        if let Some(item) = lane.hold(Item { original, done }, delivery) {
+            late.push(item);
         }
-        late
     }
 
-    /// Takes from the hold the run of consecutive inbound sequences that starts at [`Front::next`],
-    /// at most `max` messages long (skipping sequences that hold none).
-    ///
-    /// ATL_INBOUND is a work queue that ingest empties strictly in order (acks and deletes happen
-    /// only for such runs), so appending only runs that start there keeps the ledger in inbound
-    /// order even when a crash sends some messages back through redelivery or, after
-    /// `max_deliver`, the advisory stream.
-    fn contiguous_run(&mut self, max: usize) -> Vec<Item> {
-        let mut run = Vec::new();
-        while run.len() < max {
-            match self.held.remove(&self.next) {
-                Some(Some(item)) => run.push(item),
-                Some(None) => {}
-                None => break,
+    /// Takes in a lane's fetch; a failed one means the connection is gone.
+    async fn take_in(&mut self, fetched: Fetched, late: &mut Vec<Item>) -> Result<()> {
+        let Fetched {
+            lane,
+            generation,
+            outcome,
+        } = fetched;
+        let messages = match outcome {
+            Ok(messages) => messages,
+            // Already replaced.
+            Err(_) if generation != self.generation => return Ok(()),
+            Err(why) => {
+                tracing::warn!(lane = %lane, error = why, "inbound fetch failed; reconnecting");
+                return self.reconnect().await;
             }
-            self.next += 1;
+        };
+        for message in messages {
+            let delivery = message.info().ok().map(|info| Delivery {
+                consumer_seq: info.consumer_sequence,
+                delivered: info.delivered,
+            });
+            let original = original_of(&message);
+            self.route(original, Done::Ack(message), delivery, late);
         }
-        run
+        if let Some(lane) = self.lanes.lanes.get_mut(&lane) {
+            lane.advance();
+        }
+        Ok(())
+    }
+
+    /// Replaces the inbound connection: the feeders stop, and every lane's consumer is opened again
+    /// on the new one (and what it had out is read raw, see [`Front::arm`]). Deliveries already
+    /// fetched stay good: acks go out on the session's connection.
+    async fn reconnect(&mut self) -> Result<()> {
+        self.inbound = Inbound::open(&self.inbound.connector).await?;
+        self.generation += 1;
+        self.feeders = tokio::task::JoinSet::new();
+        self.feeding.clear();
+        self.consumers.clear();
+        Ok(())
+    }
+
+    /// Opens a lane for every tenant with messages in ATL_INBOUND, and closes lanes that have had
+    /// nothing for a while (their consumers stay, and lapse on the server after an hour unused).
+    async fn discover(&mut self) -> Result<()> {
+        let mut subjects = self
+            .stream
+            .info_with_subjects(INBOUND_SUBJECTS)
+            .await
+            .map_err(|e| Error::stream(INBOUND, "listing its subjects", e))?;
+        while let Some(subject) = subjects.next().await {
+            let (subject, _) = subject.map_err(|e| Error::stream(INBOUND, "listing its subjects", e))?;
+            if let Some(key) = LaneKey::of(&subject) {
+                self.lanes.lanes.entry(key).or_insert_with(Lane::new);
+            }
+        }
+        // Feeders of closed lanes, aborted: let the set forget them.
+        while self.feeders.try_join_next().is_some() {}
+        let (consumers, feeding) = (&mut self.consumers, &mut self.feeding);
+        self.lanes.lanes.retain(|key, lane| {
+            let idle = lane.held() == 0 && !lane.needs_fill() && lane.last_delivery.elapsed() >= LANE_IDLE;
+            if idle {
+                consumers.remove(key);
+                if let Some(feeder) = feeding.remove(key) {
+                    feeder.abort();
+                }
+            }
+            !idle
+        });
+        self.discovered = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Starts a feeder for every lane that has none, opening its consumer first when needed. A
+    /// consumer opened with deliveries still out (from an earlier session, or lost with a
+    /// connection) has its lane read raw for them.
+    async fn arm(&mut self, settings: &IngestSettings) -> Result<()> {
+        let wanted: Vec<LaneKey> = self
+            .lanes
+            .lanes
+            .keys()
+            .filter(|key| !self.feeding.contains_key(*key))
+            .cloned()
+            .collect();
+        for key in wanted {
+            let consumer = match self.consumers.get(&key) {
+                Some(consumer) => consumer.clone(),
+                None => {
+                    let consumer = self.open_consumer(&key, settings).await?;
+                    if consumer.cached_info().num_ack_pending > 0
+                        && let Some(lane) = self.lanes.lanes.get_mut(&key)
+                    {
+                        lane.suspect();
+                    }
+                    self.consumers.insert(key.clone(), consumer.clone());
+                    consumer
+                }
+            };
+            let feeder = self.feeders.spawn(feed_lane(
+                key.clone(),
+                consumer,
+                settings.batch_size,
+                settings.fetch_wait,
+                self.generation,
+                self.feed.clone(),
+            ));
+            self.feeding.insert(key, feeder);
+        }
+        Ok(())
+    }
+
+    async fn open_consumer(
+        &self,
+        key: &LaneKey,
+        settings: &IngestSettings,
+    ) -> Result<jetstream::consumer::PullConsumer> {
+        let name = key.consumer_name(&settings.consumer);
+        self.inbound
+            .stream
+            .get_or_create_consumer(
+                &name,
+                pull::Config {
+                    durable_name: Some(name.clone()),
+                    filter_subject: key.filter(),
+                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                    ack_wait: settings.ack_wait,
+                    max_deliver: settings.max_deliver,
+                    // Bounded in flight: the pipeline's three batches and the lane's hold.
+                    max_ack_pending: i64::try_from(settings.batch_size * 4).unwrap_or(4096),
+                    inactive_threshold: CONSUMER_INACTIVE,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| Error::stream(INBOUND, format!("opening consumer {name}"), e))
+    }
+
+    /// Reads raw every lane whose messages in hand wait for ones whose deliveries did not come (at
+    /// most `max` reads a lane a round).
+    ///
+    /// A delivery is missing when the client could not parse it (the connection was replaced), when
+    /// it is still out from an earlier session (until its ack wait passes), or when it went out on
+    /// a connection that dropped; JetStream would redeliver it only after its ack wait, holding up
+    /// its tenant behind it. Read raw (`STREAM.MSG.GET`, base64 headers no parser chokes on) it is
+    /// handled at once: appended, or quarantined as `poison_message` when its header block does not
+    /// parse, and then deleted from ATL_INBOUND.
+    async fn fill(&mut self, max: usize) -> Result<()> {
+        for (key, lane) in &mut self.lanes.lanes {
+            let mut reads = 0;
+            let filter = key.filter();
+            while let Some(from) = lane.next_raw_read(reads, max) {
+                lane.raw_read(poison::raw_next(&self.js, &filter, from).await?);
+                reads += 1;
+            }
+            if reads > 0 {
+                tracing::debug!(lane = %key, reads, "read a lane raw for deliveries that did not come");
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps deliveries in hand from being redelivered while they wait.
+    async fn keep_from_redelivery(&mut self, ack_wait: Duration) {
+        for lane in self.lanes.lanes.values_mut() {
+            if lane.held() == 0 || lane.progressed.elapsed() < ack_wait / 3 {
+                continue;
+            }
+            for message in lane.deliveries() {
+                let _ = message.ack_with(AckKind::Progress).await;
+            }
+            lane.progressed = Instant::now();
+        }
     }
 }
 
@@ -969,13 +1116,21 @@ impl Back {
     }
 
     /// Acks (or deletes) inbound messages the ledger now holds.
+    ///
+    /// Acks go out on the session's connection, not on the inbound one they came over: a header
+    /// block that breaks the inbound connection must not leave the batch before it unacked until
+    /// its ack wait passes (its tenant's next messages would wait for the redelivery).
     async fn finish(&self, items: impl Iterator<Item = Item>) -> Result<()> {
+        let client = self.js.client();
         let mut deletes = Vec::new();
         for item in items {
             match item.done {
                 // A lost ack only means a redelivery, which duplicate detection absorbs.
                 Done::Ack(message) => {
-                    if let Err(error) = message.ack_with(AckKind::Ack).await {
+                    let Some(reply) = message.reply.clone() else {
+                        continue;
+                    };
+                    if let Err(error) = client.publish(reply, AckKind::Ack.into()).await {
                         tracing::warn!(%error, "inbound ack failed; the message will be redelivered");
                     }
                 }
@@ -990,6 +1145,9 @@ impl Back {
         }
         for deleted in futures::future::join_all(deletes).await {
             deleted?;
+        }
+        if let Err(error) = client.flush().await {
+            tracing::warn!(%error, "inbound acks may not have gone out; the messages will be redelivered");
         }
         Ok(())
     }

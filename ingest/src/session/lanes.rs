@@ -1,0 +1,548 @@
+//! ATL_INBOUND read tenant by tenant: one lane per tenant, each in its own inbound order.
+//!
+//! ```text
+//! atl.in.acme.>  ─▶ consumer ingest_acme  ─▶ lane acme:  held in inbound order ─┐
+//! atl.in.beta.>  ─▶ consumer ingest_beta  ─▶ lane beta:  held in inbound order ─┼─▶ a batch: every
+//! atl.in.*       ─▶ consumer ingest-bare  ─▶ lane (bare)                        ─┘   lane's share,
+//!                                                                                     by sequence
+//! ```
+//!
+//! The ledger promises each tenant's events in ATL_INBOUND order and nothing across tenants (see
+//! `docs/ingest.md`), so a tenant's message that is retried, held or read raw holds back only that
+//! tenant, and a tenant's backlog takes only its share of each batch. ATL_INBOUND stays one work
+//! queue (its filters never overlap); ingest finds tenants from the stream's subjects and opens a
+//! durable pull consumer per tenant, filtered on `atl.in.<tenant>.>`.
+//!
+//! A lane knows which of its messages may go into a batch: those below [`Lane::known`], the point
+//! up to which every message the stream stores for the lane is in hand. Deliveries move it: a first
+//! delivery whose consumer sequence follows the last one received leaves nothing of the lane
+//! unseen before it (a consumer delivers its subjects in stream order). A gap in consumer sequences
+//! (a delivery the client could not read, a connection that dropped, deliveries still out from an
+//! earlier session) stops it, and the lane is then read raw (`STREAM.MSG.GET` with `next_by_subj`)
+//! from `known` through what is in hand, which fills the gap and moves `known` past it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use async_nats::jetstream;
+use sha2::{Digest, Sha256};
+use toolledger_wire::Tenant;
+
+use crate::quarantine::Original;
+
+/// An inbound message in hand, and what finishes it once the ledger holds it.
+pub(super) struct Item {
+    pub original: Original,
+    pub done: Done,
+}
+
+pub(super) enum Done {
+    /// Delivered normally: ack it.
+    Ack(jetstream::Message),
+    /// Fetched raw after its deliveries ran out: delete it from ATL_INBOUND, then ack the advisory.
+    Exhausted(jetstream::Message),
+    /// Read raw because its delivery did not arrive (a header block the client cannot read, or a
+    /// delivery still out from an earlier session): delete it from ATL_INBOUND.
+    Raw,
+}
+
+/// How a delivery arrived: its consumer sequence and how many times it was delivered.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Delivery {
+    pub consumer_seq: u64,
+    pub delivered: i64,
+}
+
+/// The lane an inbound subject belongs to: the tenant token of `atl.in.<tenant>.<class…>`, or
+/// [`LaneKey::Bare`] for a subject with no class (`atl.in.<x>`), which no tenant filter covers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum LaneKey {
+    Tenant(String),
+    Bare,
+}
+
+impl LaneKey {
+    /// The lane of an inbound subject; `None` for a subject outside `atl.in.>`.
+    pub fn of(subject: &str) -> Option<Self> {
+        let rest = subject.strip_prefix("atl.in.")?;
+        match rest.split_once('.') {
+            Some((tenant, _)) if !tenant.is_empty() => Some(Self::Tenant(tenant.to_owned())),
+            None if !rest.is_empty() => Some(Self::Bare),
+            _ => None,
+        }
+    }
+
+    /// The lane's filter on ATL_INBOUND.
+    pub fn filter(&self) -> String {
+        match self {
+            Self::Tenant(tenant) => format!("atl.in.{tenant}.>"),
+            Self::Bare => "atl.in.*".to_owned(),
+        }
+    }
+
+    /// The lane's durable consumer name: `<prefix>_<tenant>` for a well-formed tenant, else a name
+    /// no tenant can take (`<prefix>-bare`, `<prefix>-x<digest of the token>`).
+    pub fn consumer_name(&self, prefix: &str) -> String {
+        match self {
+            Self::Tenant(tenant) if Tenant::parse(tenant).is_ok() => format!("{prefix}_{tenant}"),
+            Self::Tenant(token) => {
+                let digest = Sha256::digest(token.as_bytes());
+                let hex: String = digest[..8].iter().map(|byte| format!("{byte:02x}")).collect();
+                format!("{prefix}-x{hex}")
+            }
+            Self::Bare => format!("{prefix}-bare"),
+        }
+    }
+}
+
+impl std::fmt::Display for LaneKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Tenant(tenant) => f.write_str(tenant),
+            Self::Bare => f.write_str("(no class)"),
+        }
+    }
+}
+
+/// One tenant's inbound messages in hand, in inbound order.
+pub(super) struct Lane {
+    /// Messages in hand that are not yet in a batch, by inbound sequence, with how those that came
+    /// as deliveries were delivered.
+    held: BTreeMap<u64, (Item, Option<Delivery>)>,
+    /// Deliveries received past [`Lane::consumer_seq`], by consumer sequence: (inbound sequence,
+    /// times delivered). Followed and forgotten as the consumer sequence catches up.
+    deliveries: BTreeMap<u64, (u64, i64)>,
+    /// Every message of the lane below it is in a batch: a copy below it is a late redelivery.
+    cursor: u64,
+    /// Every message the stream stores for the lane below it is held or below `cursor`.
+    known: u64,
+    /// The consumer sequence through which every delivery has been received (`None`: not known,
+    /// as at the start of a session or after the connection dropped, until a raw read lands on a
+    /// first delivery in hand).
+    consumer_seq: Option<u64>,
+    /// Deliveries may have been lost (the connection dropped, or deliveries are still out from an
+    /// earlier session): read the lane raw from `known` on, a message a round, even with nothing in
+    /// hand past it, until a read lands on a first delivery in hand or finds nothing.
+    suspect: bool,
+    /// When a delivery last came, or the lane was opened.
+    pub last_delivery: Instant,
+    /// When the deliveries held past `known` were last kept from redelivery.
+    pub progressed: Instant,
+}
+
+impl Lane {
+    pub fn new() -> Self {
+        Self {
+            held: BTreeMap::new(),
+            deliveries: BTreeMap::new(),
+            cursor: 0,
+            known: 0,
+            consumer_seq: None,
+            suspect: false,
+            last_delivery: Instant::now(),
+            progressed: Instant::now(),
+        }
+    }
+
+    /// Messages in hand.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Keeps `item` for its inbound sequence; returns it when the lane is past it already (a late
+    /// redelivery, finished once the batch holding the first copy is). A delivery replaces the copy
+    /// in hand (only the latest delivery can be acked); a raw copy never replaces one in hand. Call
+    /// [`Lane::advance`] once a fetch's deliveries are all held.
+    pub fn hold(&mut self, item: Item, delivery: Option<Delivery>) -> Option<Item> {
+        let seq = item.original.inbound_seq;
+        if let Some(delivery) = delivery {
+            self.last_delivery = Instant::now();
+            // Late copies count too: the consumer sequences are followed through them.
+            if self.consumer_seq.is_none_or(|last| delivery.consumer_seq > last) {
+                self.deliveries
+                    .insert(delivery.consumer_seq, (seq, delivery.delivered));
+            }
+        }
+        if seq < self.cursor {
+            return Some(item);
+        }
+        if matches!(item.done, Done::Raw) && self.held.contains_key(&seq) {
+            return None;
+        }
+        self.held.insert(seq, (item, delivery));
+        None
+    }
+
+    /// Moves `known` along the deliveries in hand whose consumer sequences follow the last one
+    /// received: a first delivery right after it leaves nothing of the lane unseen before it (a
+    /// consumer first delivers its subjects in stream order).
+    pub fn advance(&mut self) {
+        let Some(mut last) = self.consumer_seq else {
+            return;
+        };
+        while let Some(entry) = self.deliveries.first_entry()
+            && *entry.key() <= last
+        {
+            entry.remove();
+        }
+        while let Some((seq, delivered)) = self.deliveries.remove(&(last + 1)) {
+            last += 1;
+            if delivered == 1 {
+                self.known = self.known.max(seq + 1);
+            }
+        }
+        self.consumer_seq = Some(last);
+    }
+
+    /// Marks the lane's deliveries as possibly lost: consumer sequences are not trusted, and the
+    /// lane is read raw from `known` on (see [`Lane::next_raw_read`]) until a read lands on a first
+    /// delivery in hand or finds nothing. A lost delivery followed by others shows as a gap anyway;
+    /// this finds the ones no later delivery points at.
+    pub fn suspect(&mut self) {
+        self.suspect = true;
+        self.consumer_seq = None;
+    }
+
+    /// Where the next raw read starts, if one is wanted, with `reads` already done this round out of
+    /// `max`: through everything in hand past `known`, and one more a round while suspect.
+    pub fn next_raw_read(&self, reads: usize, max: usize) -> Option<u64> {
+        let wanted = self.past_known() || (self.suspect && reads == 0);
+        (wanted && reads < max).then_some(self.known)
+    }
+
+    /// Whether the lane must be read raw before everything it holds can go into a batch.
+    pub fn needs_fill(&self) -> bool {
+        self.suspect || self.past_known()
+    }
+
+    fn past_known(&self) -> bool {
+        self.held
+            .last_key_value()
+            .is_some_and(|(seq, _)| *seq >= self.known)
+    }
+
+    /// Takes in a raw read from `known` on: `None` when the stream stores nothing more for the lane.
+    pub fn raw_read(&mut self, read: Option<Original>) {
+        let Some(original) = read else {
+            // What is held past `known` is no longer stored (deleted meanwhile): nothing is missing.
+            if let Some((last, _)) = self.held.last_key_value() {
+                self.known = self.known.max(last + 1);
+            }
+            self.suspect = false;
+            return;
+        };
+        let seq = original.inbound_seq;
+        // Landing on a first delivery in hand: every message of the lane through it is in hand, so
+        // every delivery before it that never came was of a message below it, and the consumer
+        // sequences after it can be followed again.
+        if let Some((_, Some(delivery))) = self.held.get(&seq)
+            && delivery.delivered == 1
+        {
+            self.consumer_seq = Some(
+                self.consumer_seq
+                    .map_or(delivery.consumer_seq, |last| last.max(delivery.consumer_seq)),
+            );
+            self.suspect = false;
+        }
+        self.hold(
+            Item {
+                original,
+                done: Done::Raw,
+            },
+            None,
+        );
+        self.known = self.known.max(seq + 1);
+        self.advance();
+    }
+
+    /// Whether anything held may go into a batch.
+    pub fn runnable(&self) -> bool {
+        self.held
+            .first_key_value()
+            .is_some_and(|(seq, _)| *seq < self.known)
+    }
+
+    /// Takes up to `max` messages from the front of the lane that may go into a batch.
+    pub fn take(&mut self, max: usize, into: &mut Vec<Item>) {
+        let mut taken = 0;
+        while taken < max {
+            let Some(entry) = self.held.first_entry() else {
+                break;
+            };
+            if *entry.key() >= self.known {
+                break;
+            }
+            self.cursor = *entry.key() + 1;
+            into.push(entry.remove().0);
+            taken += 1;
+        }
+    }
+
+    /// Deliveries in hand.
+    pub fn deliveries(&self) -> impl Iterator<Item = &jetstream::Message> {
+        self.held.values().filter_map(|(item, _)| match &item.done {
+            Done::Ack(message) => Some(message),
+            _ => None,
+        })
+    }
+}
+
+/// Every lane of the session.
+pub(super) struct Lanes {
+    pub lanes: HashMap<LaneKey, Lane>,
+    /// Where the next batch starts taking lanes from, so no lane is always last.
+    turn: usize,
+}
+
+impl Lanes {
+    pub fn new() -> Self {
+        Self {
+            lanes: HashMap::new(),
+            turn: 0,
+        }
+    }
+
+    /// Whether a lane holds messages that may go into a batch, or must be read raw.
+    pub fn work_in_hand(&self) -> bool {
+        self.lanes
+            .values()
+            .any(|lane| lane.runnable() || lane.needs_fill())
+    }
+
+    /// The next batch: each lane that has messages ready gives its share of `max` (the share of a
+    /// lane with fewer is spread over the others), in inbound order within the batch.
+    pub fn batch(&mut self, max: usize) -> Vec<Item> {
+        let mut ready: Vec<&LaneKey> = self
+            .lanes
+            .iter()
+            .filter(|(_, lane)| lane.runnable())
+            .map(|(key, _)| key)
+            .collect();
+        if ready.is_empty() {
+            return Vec::new();
+        }
+        ready.sort();
+        let turn = self.turn % ready.len();
+        ready.rotate_left(turn);
+        self.turn = self.turn.wrapping_add(1);
+        let ready: Vec<LaneKey> = ready.into_iter().cloned().collect();
+        let mut batch = Vec::new();
+        let mut open = ready.len();
+        while batch.len() < max && open > 0 {
+            let share = ((max - batch.len()) / open).max(1);
+            open = 0;
+            for key in &ready {
+                let lane = self.lanes.get_mut(key).expect("a ready lane");
+                let before = batch.len();
+                lane.take(share.min(max - batch.len()), &mut batch);
+                if batch.len() - before == share && lane.runnable() {
+                    open += 1;
+                }
+                if batch.len() == max {
+                    break;
+                }
+            }
+        }
+        batch.sort_by_key(|item| item.original.inbound_seq);
+        batch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+
+    fn raw(subject: &str, seq: u64) -> Original {
+        Original {
+            subject: subject.to_owned(),
+            headers: None,
+            raw_headers: None,
+            payload: bytes::Bytes::new(),
+            inbound_seq: seq,
+            published: Utc::now(),
+        }
+    }
+
+    fn item(seq: u64) -> Item {
+        Item {
+            original: raw("atl.in.acme.tool.declared", seq),
+            done: Done::Raw,
+        }
+    }
+
+    fn first(consumer_seq: u64) -> Option<Delivery> {
+        Some(Delivery {
+            consumer_seq,
+            delivered: 1,
+        })
+    }
+
+    fn seqs(items: &[Item]) -> Vec<u64> {
+        items.iter().map(|item| item.original.inbound_seq).collect()
+    }
+
+    #[test]
+    fn subjects_map_to_lanes_and_consumer_names() {
+        let acme = LaneKey::of("atl.in.acme.tool.declared").unwrap();
+        assert_eq!(acme, LaneKey::Tenant("acme".into()));
+        assert_eq!(acme.filter(), "atl.in.acme.>");
+        assert_eq!(acme.consumer_name("ingest"), "ingest_acme");
+        assert_eq!(LaneKey::of("atl.in.acme"), Some(LaneKey::Bare));
+        assert_eq!(LaneKey::Bare.consumer_name("ingest"), "ingest-bare");
+        assert_eq!(LaneKey::of("atl.ledger.acme.x"), None);
+        let odd = LaneKey::of("atl.in.a~b.tool.declared").unwrap();
+        let name = odd.consumer_name("ingest");
+        assert!(
+            name.starts_with("ingest-x") && name.len() == "ingest-x".len() + 16,
+            "{name}"
+        );
+    }
+
+    #[test]
+    fn a_session_first_delivery_waits_for_a_raw_read_then_contiguous_deliveries_run() {
+        let mut lane = Lane::new();
+        // The first deliveries of a session: earlier messages may still be out, so they wait.
+        assert!(lane.hold(item(10), first(7)).is_none());
+        lane.hold(item(12), first(8));
+        lane.advance();
+        assert!(!lane.runnable());
+        // The raw read from the start finds seq 4 (a delivery still out from before), then seq 10,
+        // a first delivery in hand, from which consumer sequence 8 follows: no more reads.
+        assert_eq!(lane.next_raw_read(0, 100), Some(0));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 4)));
+        assert_eq!(lane.next_raw_read(1, 100), Some(5));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 10)));
+        assert_eq!(lane.next_raw_read(2, 100), None);
+        // Consumer sequence 9 follows 8.
+        lane.hold(item(13), first(9));
+        lane.advance();
+        assert_eq!(lane.next_raw_read(0, 100), None);
+        let mut batch = Vec::new();
+        lane.take(10, &mut batch);
+        assert_eq!(seqs(&batch), vec![4, 10, 12, 13]);
+        // A redelivery of something already batched comes back as late.
+        assert!(lane.hold(item(10), first(10)).is_some());
+    }
+
+    #[test]
+    fn a_lost_delivery_holds_back_only_later_messages_of_its_lane_until_read_raw() {
+        let mut lane = Lane::new();
+        lane.hold(item(1), first(1));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 1)));
+        assert_eq!(lane.consumer_seq, Some(1));
+        // Consumer sequence 2 never arrives (it broke the client); 3 does.
+        lane.hold(item(5), first(3));
+        lane.advance();
+        let mut batch = Vec::new();
+        lane.take(10, &mut batch);
+        assert_eq!(seqs(&batch), vec![1], "seq 5 waits for the lost one before it");
+        assert_eq!(lane.next_raw_read(0, 100), Some(2));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 3)));
+        assert_eq!(lane.next_raw_read(1, 100), Some(4));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 5)));
+        assert_eq!(lane.next_raw_read(2, 100), None);
+        assert_eq!(
+            lane.consumer_seq,
+            Some(3),
+            "followed again from the first delivery read raw"
+        );
+        lane.take(10, &mut batch);
+        assert_eq!(seqs(&batch), vec![1, 3, 5]);
+    }
+
+    #[test]
+    fn a_redelivery_does_not_vouch_for_messages_after_it() {
+        let mut lane = Lane::new();
+        // Seq 1's first delivery (1) was lost; 2 and 3 were delivered (2, 3) but lost too; seq 1 comes
+        // again as consumer sequence 4.
+        lane.hold(
+            item(1),
+            Some(Delivery {
+                consumer_seq: 4,
+                delivered: 2,
+            }),
+        );
+        lane.hold(item(6), first(5));
+        lane.advance();
+        assert_eq!(lane.next_raw_read(0, 100), Some(0));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 1)));
+        // Not trusted from consumer sequence 4: seqs 2 and 3 must be read.
+        assert_eq!(lane.next_raw_read(1, 100), Some(2));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 2)));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 3)));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 6)));
+        let mut batch = Vec::new();
+        lane.take(10, &mut batch);
+        assert_eq!(seqs(&batch), vec![1, 2, 3, 6]);
+    }
+
+    #[test]
+    fn a_suspect_lane_reads_raw_even_with_nothing_in_hand() {
+        let mut lane = Lane::new();
+        lane.hold(item(1), first(1));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 1)));
+        lane.suspect();
+        // A message a round while nothing in hand says where the lost ones end.
+        assert_eq!(lane.next_raw_read(0, 100), Some(2));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 2)));
+        assert_eq!(lane.next_raw_read(1, 100), None);
+        assert_eq!(lane.next_raw_read(0, 100), Some(3));
+        lane.raw_read(None);
+        assert_eq!(lane.next_raw_read(0, 100), None);
+        let mut batch = Vec::new();
+        lane.take(10, &mut batch);
+        assert_eq!(seqs(&batch), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_suspect_lane_stops_reading_at_a_first_delivery_in_hand() {
+        let mut lane = Lane::new();
+        lane.hold(item(1), first(1));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 1)));
+        lane.suspect();
+        // Delivery 2 was lost; 3 came on the new connection.
+        lane.hold(item(4), first(3));
+        assert_eq!(lane.next_raw_read(0, 100), Some(2));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 2)));
+        assert_eq!(lane.next_raw_read(1, 100), Some(3));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 4)));
+        assert_eq!(
+            lane.next_raw_read(0, 100),
+            None,
+            "resynchronised, no longer suspect"
+        );
+        assert_eq!(lane.consumer_seq, Some(3));
+    }
+
+    #[test]
+    fn a_batch_gives_each_ready_lane_its_share_in_inbound_order() {
+        let mut lanes = Lanes::new();
+        let mut busy = Lane::new();
+        for seq in 1..=100 {
+            busy.hold(item(seq), first(seq));
+        }
+        busy.raw_read(Some(raw("atl.in.busy.x", 1)));
+        let mut quiet = Lane::new();
+        quiet.hold(item(150), None);
+        quiet.raw_read(Some(raw("atl.in.quiet.x", 150)));
+        lanes.lanes.insert(LaneKey::Tenant("busy".into()), busy);
+        lanes.lanes.insert(LaneKey::Tenant("quiet".into()), quiet);
+        // A backlog beside a trickle: the trickle's events go into the next batch.
+        let batch = lanes.batch(40);
+        assert_eq!(seqs(&batch), (1..=39).chain([150]).collect::<Vec<_>>());
+        // The backlog alone: full batches.
+        let batch = lanes.batch(40);
+        assert_eq!(seqs(&batch), (40..80).collect::<Vec<_>>());
+        lanes.lanes.remove(&LaneKey::Tenant("quiet".into()));
+        // Two backlogs: full batches, shared.
+        let mut other = Lane::new();
+        for seq in 200..300 {
+            other.hold(item(seq), first(seq - 199));
+        }
+        other.raw_read(Some(raw("atl.in.other.x", 200)));
+        lanes.lanes.insert(LaneKey::Tenant("other".into()), other);
+        let batch = lanes.batch(40);
+        assert_eq!(seqs(&batch), (80..100).chain(200..220).collect::<Vec<_>>());
+    }
+}
