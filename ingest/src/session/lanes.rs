@@ -122,8 +122,12 @@ pub(super) struct Lane {
     consumer_seq: Option<u64>,
     /// Deliveries may have been lost (the connection dropped, or deliveries are still out from an
     /// earlier session): read the lane raw from `known` on, a message a round, even with nothing in
-    /// hand past it, until a read lands on a first delivery in hand or finds nothing.
-    suspect: bool,
+    /// hand past it, until the consumer sequence is followed through this one (the last the
+    /// consumer had delivered when it was opened) or a read finds nothing.
+    suspect: Option<u64>,
+    /// When the lane's consumer was made, Unix nanoseconds (a consumer made again numbers its
+    /// deliveries afresh).
+    consumer_created: Option<i128>,
     /// When a delivery last came, or the lane was opened.
     pub last_delivery: Instant,
     /// When the deliveries held past `known` were last kept from redelivery.
@@ -138,7 +142,8 @@ impl Lane {
             cursor: 0,
             known: 0,
             consumer_seq: None,
-            suspect: false,
+            suspect: None,
+            consumer_created: None,
             last_delivery: Instant::now(),
             progressed: Instant::now(),
         }
@@ -178,6 +183,11 @@ impl Lane {
     /// consumer first delivers its subjects in stream order).
     pub fn advance(&mut self) {
         let Some(mut last) = self.consumer_seq else {
+            // Not followed: what arrives is kept until a raw read re-trusts a delivery, but only
+            // as much as the consumer can have out.
+            if self.deliveries.len() > MAX_UNFOLLOWED {
+                self.deliveries.clear();
+            }
             return;
         };
         while let Some(entry) = self.deliveries.first_entry()
@@ -192,27 +202,46 @@ impl Lane {
             }
         }
         self.consumer_seq = Some(last);
+        if self.suspect.is_some_and(|until| last >= until) {
+            self.suspect = None;
+        }
     }
 
-    /// Marks the lane's deliveries as possibly lost: consumer sequences are not trusted, and the
-    /// lane is read raw from `known` on (see [`Lane::next_raw_read`]) until a read lands on a first
-    /// delivery in hand or finds nothing. A lost delivery followed by others shows as a gap anyway;
-    /// this finds the ones no later delivery points at.
-    pub fn suspect(&mut self) {
-        self.suspect = true;
-        self.consumer_seq = None;
+    /// Takes note of the lane's consumer as it was (re)opened: made at `created` (Unix
+    /// nanoseconds), having delivered through consumer sequence `delivered`.
+    ///
+    /// A consumer made anew numbers its deliveries afresh: what the lane knew of the old numbering
+    /// is dropped (a consumer that has delivered nothing yet is followed from its start). When the
+    /// lane has not followed every delivery the consumer made — deliveries still out from an earlier
+    /// session, lost with a connection, or given up after `max_deliver` — it is suspect: it is read
+    /// raw from `known` (see [`Lane::next_raw_read`]), a message a round, until its consumer
+    /// sequences are followed through `delivered` or a read finds nothing. A lost delivery followed
+    /// by others shows as a gap anyway; this finds the ones no later delivery points at.
+    pub fn opened(&mut self, created: i128, delivered: u64) {
+        if self.consumer_created != Some(created) {
+            self.deliveries.clear();
+            self.consumer_seq = None;
+            self.consumer_created = Some(created);
+        }
+        if self.consumer_seq.is_none() && delivered == 0 {
+            self.consumer_seq = Some(0);
+        }
+        self.advance();
+        if self.consumer_seq != Some(delivered) {
+            self.suspect = Some(delivered);
+        }
     }
 
     /// Where the next raw read starts, if one is wanted, with `reads` already done this round out of
     /// `max`: through everything in hand past `known`, and one more a round while suspect.
     pub fn next_raw_read(&self, reads: usize, max: usize) -> Option<u64> {
-        let wanted = self.past_known() || (self.suspect && reads == 0);
+        let wanted = self.past_known() || (self.suspect.is_some() && reads == 0);
         (wanted && reads < max).then_some(self.known)
     }
 
     /// Whether the lane must be read raw before everything it holds can go into a batch.
     pub fn needs_fill(&self) -> bool {
-        self.suspect || self.past_known()
+        self.suspect.is_some() || self.past_known()
     }
 
     fn past_known(&self) -> bool {
@@ -228,7 +257,7 @@ impl Lane {
             if let Some((last, _)) = self.held.last_key_value() {
                 self.known = self.known.max(last + 1);
             }
-            self.suspect = false;
+            self.suspect = None;
             return;
         };
         let seq = original.inbound_seq;
@@ -242,7 +271,6 @@ impl Lane {
                 self.consumer_seq
                     .map_or(delivery.consumer_seq, |last| last.max(delivery.consumer_seq)),
             );
-            self.suspect = false;
         }
         self.hold(
             Item {
@@ -286,6 +314,10 @@ impl Lane {
         })
     }
 }
+
+/// Deliveries kept while a lane's consumer sequences are not followed: more than a consumer can have
+/// out means they are not worth keeping (raw reads cover what they would have vouched for).
+const MAX_UNFOLLOWED: usize = 16_384;
 
 /// Every lane of the session.
 pub(super) struct Lanes {
@@ -376,6 +408,10 @@ mod tests {
             consumer_seq,
             delivered: 1,
         })
+    }
+
+    fn created() -> i128 {
+        1_700_000_000_000_000_000
     }
 
     fn seqs(items: &[Item]) -> Vec<u64> {
@@ -482,7 +518,8 @@ mod tests {
         let mut lane = Lane::new();
         lane.hold(item(1), first(1));
         lane.raw_read(Some(raw("atl.in.acme.tool.declared", 1)));
-        lane.suspect();
+        // Reopened after a reconnect: delivery 2 is out and lost.
+        lane.opened(created(), 2);
         // A message a round while nothing in hand says where the lost ones end.
         assert_eq!(lane.next_raw_read(0, 100), Some(2));
         lane.raw_read(Some(raw("atl.in.acme.tool.declared", 2)));
@@ -500,7 +537,7 @@ mod tests {
         let mut lane = Lane::new();
         lane.hold(item(1), first(1));
         lane.raw_read(Some(raw("atl.in.acme.tool.declared", 1)));
-        lane.suspect();
+        lane.opened(created(), 2);
         // Delivery 2 was lost; 3 came on the new connection.
         lane.hold(item(4), first(3));
         assert_eq!(lane.next_raw_read(0, 100), Some(2));
@@ -513,6 +550,43 @@ mod tests {
             "resynchronised, no longer suspect"
         );
         assert_eq!(lane.consumer_seq, Some(3));
+    }
+
+    #[test]
+    fn a_suspect_lane_reads_on_until_it_follows_what_the_consumer_had_delivered() {
+        let mut lane = Lane::new();
+        lane.opened(created(), 0);
+        // Deliveries 1 and 2 are in hand (not yet batched) when the connection drops; 3 was lost.
+        lane.hold(item(11), first(1));
+        lane.hold(item(12), first(2));
+        lane.advance();
+        lane.opened(created(), 3);
+        // Landing on 11 re-trusts the sequences from 1, 2 follows, but 3 is not followed yet.
+        assert_eq!(lane.next_raw_read(0, 100), Some(13));
+        lane.raw_read(Some(raw("atl.in.acme.tool.declared", 13)));
+        assert_eq!(lane.next_raw_read(0, 100), Some(14), "still suspect");
+        lane.raw_read(None);
+        assert_eq!(lane.next_raw_read(0, 100), None);
+        let mut batch = Vec::new();
+        lane.take(10, &mut batch);
+        assert_eq!(seqs(&batch), vec![11, 12, 13]);
+    }
+
+    #[test]
+    fn a_consumer_made_anew_is_followed_from_its_own_numbering() {
+        let mut lane = Lane::new();
+        lane.opened(created(), 0);
+        lane.hold(item(5), first(1));
+        lane.advance();
+        let mut batch = Vec::new();
+        lane.take(10, &mut batch);
+        assert_eq!(seqs(&batch), vec![5]);
+        // Deleted and made again: it delivers from 1 again; nothing of the old numbering vouches.
+        lane.opened(created() + 1_000_000_000, 0);
+        lane.hold(item(9), first(1));
+        lane.advance();
+        lane.take(10, &mut batch);
+        assert_eq!(seqs(&batch), vec![5, 9]);
     }
 
     #[test]

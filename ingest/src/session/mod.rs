@@ -822,7 +822,12 @@ impl Front {
             }
         };
         for message in messages {
-            let delivery = message.info().ok().map(|info| Delivery {
+            let Ok(info) = message.info() else {
+                // No inbound sequence to place it by: left unacked, it comes back (or is read raw).
+                tracing::warn!(subject = %message.subject, "an inbound delivery without JetStream metadata");
+                continue;
+            };
+            let delivery = Some(Delivery {
                 consumer_seq: info.consumer_sequence,
                 delivered: info.delivered,
             });
@@ -839,7 +844,17 @@ impl Front {
     /// on the new one (and what it had out is read raw, see [`Front::arm`]). Deliveries already
     /// fetched stay good: acks go out on the session's connection.
     async fn reconnect(&mut self) -> Result<()> {
-        self.inbound = Inbound::open(&self.inbound.connector).await?;
+        let inbound = Inbound::open(&self.inbound.connector).await?;
+        // The lanes' positions are ATL_INBOUND sequences: a stream made again meanwhile starts over
+        // from 1, and only a new session (new lanes) may read it.
+        if inbound.stream.cached_info().created != self.inbound.stream.cached_info().created {
+            return Err(Error::stream(
+                INBOUND,
+                "reconnecting",
+                "the stream was made again while ingest read it; starting over",
+            ));
+        }
+        self.inbound = inbound;
         self.generation += 1;
         self.feeders = tokio::task::JoinSet::new();
         self.feeding.clear();
@@ -894,10 +909,12 @@ impl Front {
                 Some(consumer) => consumer.clone(),
                 None => {
                     let consumer = self.open_consumer(&key, settings).await?;
-                    if consumer.cached_info().num_ack_pending > 0
-                        && let Some(lane) = self.lanes.lanes.get_mut(&key)
-                    {
-                        lane.suspect();
+                    let info = consumer.cached_info();
+                    if let Some(lane) = self.lanes.lanes.get_mut(&key) {
+                        lane.opened(
+                            info.created.unix_timestamp_nanos(),
+                            info.delivered.consumer_sequence,
+                        );
                     }
                     self.consumers.insert(key.clone(), consumer.clone());
                     consumer
@@ -952,7 +969,11 @@ impl Front {
     /// handled at once: appended, or quarantined as `poison_message` when its header block does not
     /// parse, and then deleted from ATL_INBOUND.
     async fn fill(&mut self, max: usize) -> Result<()> {
+        // At most a batch's worth of reads a round over all lanes (one request each): a round stays
+        // well inside the stall limit however many lanes have deliveries out after a crash.
+        let mut budget = max;
         for (key, lane) in &mut self.lanes.lanes {
+            let max = budget;
             let mut reads = 0;
             let filter = key.filter();
             while let Some(from) = lane.next_raw_read(reads, max) {
@@ -962,6 +983,7 @@ impl Front {
             if reads > 0 {
                 tracing::debug!(lane = %key, reads, "read a lane raw for deliveries that did not come");
             }
+            budget -= reads;
         }
         Ok(())
     }
@@ -972,8 +994,12 @@ impl Front {
             if lane.held() == 0 || lane.progressed.elapsed() < ack_wait / 3 {
                 continue;
             }
+            // On the session's connection: the one a delivery came over may have been replaced.
+            let client = self.js.client();
             for message in lane.deliveries() {
-                let _ = message.ack_with(AckKind::Progress).await;
+                if let Some(reply) = message.reply.clone() {
+                    let _ = client.publish(reply, AckKind::Progress.into()).await;
+                }
             }
             lane.progressed = Instant::now();
         }
