@@ -315,16 +315,15 @@ struct Shared<'a> {
 /// One lease-holding run: two stages and a monitor.
 ///
 /// ```text
-///  front: advisories ▸ find tenants ▸ fetch every lane ▸ hold each in inbound order ▸ fill gaps raw
-///         ▸ a batch of every lane's share ▸ classify ─┐ channel of 1
+///  front: advisories ▸ find tenants ▸ feeders pull every lane ▸ hold each in inbound order ▸ fill
+///         gaps raw ▸ a batch of every lane's share ▸ classify ─┐ channel of 1
 ///  back:  ◀─ offload ▸ quarantine ▸ append ▸ checkpoint ▸ index ▸ ack ─┘
 ///  monitor: inbound lag every second; ends the session when a stage stalls
 /// ```
 ///
-/// The front classifies batch N+1 while the back appends batch N: at most three batches are past
-/// the hold at once (one being classified, one waiting in the channel, one being appended). Each
-/// lane fetches while it holds less than a batch, and its consumer's `max_ack_pending` of four
-/// batches keeps deliveries coming meanwhile.
+/// The front classifies batch N+1 while the back appends batch N, and takes batch N+1 from the lanes
+/// only once the back has taken batch N, so what arrived meanwhile goes into it. Each lane's feeder
+/// pulls continuously; its consumer's `max_ack_pending` of four batches bounds what a lane holds.
 struct Session {
     front: Front,
     back: Back,
@@ -340,9 +339,8 @@ struct Front {
     /// ATL_INBOUND on the session's connection: its subjects name the tenants with messages.
     stream: jetstream::stream::Stream,
     lanes: Lanes,
-    /// Each lane's consumer, on the inbound connection (opened again after it is replaced).
-    consumers: HashMap<LaneKey, jetstream::consumer::PullConsumer>,
-    /// Each lane's feeder ([`feed_lane`]); replaced (so aborted) with the connection.
+    /// Each lane's feeder ([`feed_lane`]), on a consumer opened on the inbound connection; replaced
+    /// (so aborted) with the connection.
     feeders: tokio::task::JoinSet<()>,
     feeding: HashMap<LaneKey, tokio::task::AbortHandle>,
     /// What the feeders fetched.
@@ -499,41 +497,28 @@ async fn feed_lane(
         .heartbeat(wait / 2)
         .messages()
         .await;
-    let mut messages = match stream {
-        Ok(messages) => messages,
-        Err(error) => {
-            let why = ErrorChain(&error).to_string();
-            drop(error);
-            let _ = to_front.send(report(Err(why))).await;
-            return;
-        }
+    let why = match stream {
+        Err(error) => ErrorChain(&error).to_string(),
+        Ok(mut messages) => loop {
+            let first = match messages.next().await {
+                Some(Ok(message)) => message,
+                Some(Err(error)) => break ErrorChain(&error).to_string(),
+                None => break "the pull ended".to_owned(),
+            };
+            let mut chunk = vec![first];
+            // What else has arrived, without waiting.
+            while chunk.len() < max {
+                match messages.next().now_or_never() {
+                    Some(Some(Ok(message))) => chunk.push(message),
+                    _ => break,
+                }
+            }
+            if to_front.send(report(Ok(chunk))).await.is_err() {
+                return;
+            }
+        },
     };
-    loop {
-        let first = match messages.next().await {
-            Some(Ok(message)) => message,
-            Some(Err(error)) => {
-                let why = ErrorChain(&error).to_string();
-                drop(error);
-                let _ = to_front.send(report(Err(why))).await;
-                return;
-            }
-            None => {
-                let _ = to_front.send(report(Err("the pull ended".to_owned()))).await;
-                return;
-            }
-        };
-        let mut chunk = vec![first];
-        // What else has arrived, without waiting.
-        while chunk.len() < max {
-            match messages.next().now_or_never() {
-                Some(Some(Ok(message))) => chunk.push(message),
-                _ => break,
-            }
-        }
-        if to_front.send(report(Ok(chunk))).await.is_err() {
-            return;
-        }
-    }
+    let _ = to_front.send(report(Err(why))).await;
 }
 
 impl Session {
@@ -609,7 +594,6 @@ impl Session {
                 advisories,
                 stream: stream.clone(),
                 lanes: Lanes::new(),
-                consumers: HashMap::new(),
                 feeders: tokio::task::JoinSet::new(),
                 feeding: HashMap::new(),
                 fed,
@@ -858,7 +842,6 @@ impl Front {
         self.generation += 1;
         self.feeders = tokio::task::JoinSet::new();
         self.feeding.clear();
-        self.consumers.clear();
         Ok(())
     }
 
@@ -878,14 +861,11 @@ impl Front {
         }
         // Feeders of closed lanes, aborted: let the set forget them.
         while self.feeders.try_join_next().is_some() {}
-        let (consumers, feeding) = (&mut self.consumers, &mut self.feeding);
+        let feeding = &mut self.feeding;
         self.lanes.lanes.retain(|key, lane| {
             let idle = lane.held() == 0 && !lane.needs_fill() && lane.last_delivery.elapsed() >= LANE_IDLE;
-            if idle {
-                consumers.remove(key);
-                if let Some(feeder) = feeding.remove(key) {
-                    feeder.abort();
-                }
+            if idle && let Some(feeder) = feeding.remove(key) {
+                feeder.abort();
             }
             !idle
         });
@@ -893,9 +873,9 @@ impl Front {
         Ok(())
     }
 
-    /// Starts a feeder for every lane that has none, opening its consumer first when needed. A
-    /// consumer opened with deliveries still out (from an earlier session, or lost with a
-    /// connection) has its lane read raw for them.
+    /// Starts a feeder for every lane that has none (a new lane, or every lane after the inbound
+    /// connection was replaced), on its consumer opened afresh; a lane that has not followed every
+    /// delivery the consumer made is read raw for them (see [`Lane::opened`]).
     async fn arm(&mut self, settings: &IngestSettings) -> Result<()> {
         let wanted: Vec<LaneKey> = self
             .lanes
@@ -905,21 +885,14 @@ impl Front {
             .cloned()
             .collect();
         for key in wanted {
-            let consumer = match self.consumers.get(&key) {
-                Some(consumer) => consumer.clone(),
-                None => {
-                    let consumer = self.open_consumer(&key, settings).await?;
-                    let info = consumer.cached_info();
-                    if let Some(lane) = self.lanes.lanes.get_mut(&key) {
-                        lane.opened(
-                            info.created.unix_timestamp_nanos(),
-                            info.delivered.consumer_sequence,
-                        );
-                    }
-                    self.consumers.insert(key.clone(), consumer.clone());
-                    consumer
-                }
-            };
+            let consumer = self.open_consumer(&key, settings).await?;
+            let info = consumer.cached_info();
+            if let Some(lane) = self.lanes.lanes.get_mut(&key) {
+                lane.opened(
+                    info.created.unix_timestamp_nanos(),
+                    info.delivered.consumer_sequence,
+                );
+            }
             let feeder = self.feeders.spawn(feed_lane(
                 key.clone(),
                 consumer,
@@ -949,7 +922,7 @@ impl Front {
                     ack_policy: jetstream::consumer::AckPolicy::Explicit,
                     ack_wait: settings.ack_wait,
                     max_deliver: settings.max_deliver,
-                    // Bounded in flight: the pipeline's three batches and the lane's hold.
+                    // Bounded in flight: the batches in the pipeline and the lane's hold.
                     max_ack_pending: i64::try_from(settings.batch_size * 4).unwrap_or(4096),
                     inactive_threshold: CONSUMER_INACTIVE,
                     ..Default::default()
@@ -960,7 +933,7 @@ impl Front {
     }
 
     /// Reads raw every lane whose messages in hand wait for ones whose deliveries did not come (at
-    /// most `max` reads a lane a round).
+    /// most `max` reads a round over all lanes).
     ///
     /// A delivery is missing when the client could not parse it (the connection was replaced), when
     /// it is still out from an earlier session (until its ack wait passes), or when it went out on
@@ -994,12 +967,9 @@ impl Front {
             if lane.held() == 0 || lane.progressed.elapsed() < ack_wait / 3 {
                 continue;
             }
-            // On the session's connection: the one a delivery came over may have been replaced.
             let client = self.js.client();
             for message in lane.deliveries() {
-                if let Some(reply) = message.reply.clone() {
-                    let _ = client.publish(reply, AckKind::Progress.into()).await;
-                }
+                let _ = ack_on(&client, message, AckKind::Progress).await;
             }
             lane.progressed = Instant::now();
         }
@@ -1143,9 +1113,7 @@ impl Back {
 
     /// Acks (or deletes) inbound messages the ledger now holds.
     ///
-    /// Acks go out on the session's connection, not on the inbound one they came over: a header
-    /// block that breaks the inbound connection must not leave the batch before it unacked until
-    /// its ack wait passes (its tenant's next messages would wait for the redelivery).
+    /// Acks go out on the session's connection ([`ack_on`]).
     async fn finish(&self, items: impl Iterator<Item = Item>) -> Result<()> {
         let client = self.js.client();
         let mut deletes = Vec::new();
@@ -1153,10 +1121,7 @@ impl Back {
             match item.done {
                 // A lost ack only means a redelivery, which duplicate detection absorbs.
                 Done::Ack(message) => {
-                    let Some(reply) = message.reply.clone() else {
-                        continue;
-                    };
-                    if let Err(error) = client.publish(reply, AckKind::Ack.into()).await {
+                    if let Err(error) = ack_on(&client, &message, AckKind::Ack).await {
                         tracing::warn!(%error, "inbound ack failed; the message will be redelivered");
                     }
                 }
@@ -1176,6 +1141,20 @@ impl Back {
             tracing::warn!(%error, "inbound acks may not have gone out; the messages will be redelivered");
         }
         Ok(())
+    }
+}
+
+/// Acks `message` (`kind`) on `client`, the session's connection: the inbound connection a
+/// delivery came over may have been replaced since (a header block broke it), and an ack lost with
+/// it would leave the message to its ack wait, holding its tenant's next ones.
+async fn ack_on(
+    client: &async_nats::Client,
+    message: &jetstream::Message,
+    kind: AckKind,
+) -> std::result::Result<(), async_nats::PublishError> {
+    match message.reply.clone() {
+        Some(reply) => client.publish(reply, kind.into()).await,
+        None => Ok(()),
     }
 }
 

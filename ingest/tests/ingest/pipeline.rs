@@ -826,22 +826,7 @@ async fn ten_thousand_events_land_exactly_once_in_producer_order() {
     contract_streams(&js).await;
     let dir = tempfile::tempdir().unwrap();
     let ingest = Running::start(&nats, dir.path());
-    let mut events = Vec::new();
-    let mut seed = 100;
-    while events.len() < 10_000 {
-        let tenants = vec!["acme".into(), "globex".into(), "initech".into()];
-        events.extend(
-            generate(&GeneratorConfig {
-                seed,
-                sessions: 10,
-                tenants,
-                ..Default::default()
-            })
-            .events,
-        );
-        seed += 1;
-    }
-    events.truncate(10_000);
+    let events = events_of(&["acme", "globex", "initech"], 10_000, 100);
     publish(&js, &events, Mode::Binary, true).await;
     drained(&js).await;
     let stored = ledger(&js).await;
@@ -853,8 +838,8 @@ async fn ten_thousand_events_land_exactly_once_in_producer_order() {
     ingest.stop().await;
 }
 
-/// Generated events of `tenant` only, at least `count` of them.
-fn events_of(tenant: &str, count: usize, first_seed: u64) -> Vec<Value> {
+/// `count` generated events of `tenants`, from consecutive seeds starting at `first_seed`.
+fn events_of(tenants: &[&str], count: usize, first_seed: u64) -> Vec<Value> {
     let mut events = Vec::new();
     let mut seed = first_seed;
     while events.len() < count {
@@ -862,7 +847,7 @@ fn events_of(tenant: &str, count: usize, first_seed: u64) -> Vec<Value> {
             generate(&GeneratorConfig {
                 seed,
                 sessions: 10,
-                tenants: vec![tenant.to_owned()],
+                tenants: tenants.iter().map(|t| (*t).to_owned()).collect(),
                 ..Default::default()
             })
             .events,
@@ -879,8 +864,8 @@ async fn one_tenants_backlog_takes_only_its_share_of_each_batch() {
     let js = jetstream::new(nats.client().await);
     contract_streams(&js).await;
     // A's burst waits in ATL_INBOUND ahead of B's few events.
-    let burst = events_of("acme", 20_000, 500);
-    let few = events_of("globex", 50, 900);
+    let burst = events_of(&["acme"], 20_000, 500);
+    let few = events_of(&["globex"], 50, 900);
     publish(&js, &burst, Mode::Binary, true).await;
     publish(&js, &few, Mode::Binary, true).await;
     let dir = tempfile::tempdir().unwrap();
