@@ -480,6 +480,11 @@ fn mismatches(document: &Value, pairs: &[(&str, &str, Option<&str>)], out: &mut 
 }
 
 fn collect(validator: &Validator, instance: &Value) -> Vec<Violation> {
+    // Nearly every instance is valid: `is_valid` stops at nothing and builds no errors, about half
+    // the cost of walking `iter_errors` to its empty end.
+    if validator.is_valid(instance) {
+        return Vec::new();
+    }
     let mut out: Vec<Violation> = validator.iter_errors(instance).map(violation).collect();
     out.sort_by(|a, b| (&a.pointer, &a.keyword).cmp(&(&b.pointer, &b.keyword)));
     out.dedup();

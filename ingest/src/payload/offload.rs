@@ -106,7 +106,7 @@ impl Offloader {
         });
         erasable
             || event.get("data").is_some_and(|data| {
-                !is_marker(data) && !is_payload_marker(data) && json_size(data) > self.threshold
+                !is_marker(data) && !is_payload_marker(data) && larger_than(data, self.threshold)
             })
     }
 
@@ -120,7 +120,7 @@ impl Offloader {
         refs: &'a mut Vec<PayloadRef>,
     ) -> futures::future::BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            if is_marker(value) || is_payload_marker(value) || json_size(value) <= self.threshold {
+            if is_marker(value) || is_payload_marker(value) || !larger_than(value, self.threshold) {
                 return Ok(());
             }
             let keys: Vec<String> = match value {
@@ -130,7 +130,7 @@ impl Offloader {
             };
             for key in &keys {
                 if let Some(child) = child_mut(value, key)
-                    && json_size(child) > self.threshold
+                    && larger_than(child, self.threshold)
                 {
                     at.push(key.clone());
                     self.by_size(tenant, child, at, false, refs).await?;
@@ -138,12 +138,12 @@ impl Offloader {
                 }
             }
             if !is_data {
-                if json_size(value) > self.threshold {
+                if larger_than(value, self.threshold) {
                     refs.push(self.move_value(tenant, at, value).await?);
                 }
                 return Ok(());
             }
-            while json_size(value) > self.threshold {
+            while larger_than(value, self.threshold) {
                 let largest = keys
                     .iter()
                     .filter_map(|k| {
@@ -182,6 +182,52 @@ impl Offloader {
         };
         *slot = payload_marker(&payload);
         Ok(payload)
+    }
+}
+
+/// Whether `value`'s serialized JSON is longer than `limit` bytes: counted without building the
+/// text, and stopped as soon as the count passes `limit` (most values are far under it, but an
+/// offloadable one need not be written to its end).
+fn larger_than(value: &Value, limit: usize) -> bool {
+    if at_most(value) <= limit {
+        return false;
+    }
+    struct Count {
+        seen: usize,
+        limit: usize,
+    }
+    impl Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.seen += buf.len();
+            if self.seen > self.limit {
+                return Err(std::io::ErrorKind::FileTooLarge.into());
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count { seen: 0, limit };
+    // The only error the writer makes is passing the limit.
+    serde_json::to_writer(&mut count, value).is_err()
+}
+
+/// An upper bound of `value`'s serialized JSON size, from lengths alone (a string byte escapes to at
+/// most six; a number writes at most 24): far cheaper than writing it, and enough to tell that a
+/// typical event is nowhere near the offload threshold.
+fn at_most(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 24,
+        Value::String(text) => 2 + 6 * text.len(),
+        Value::Array(items) => 2 + items.iter().map(|item| at_most(item) + 1).sum::<usize>(),
+        Value::Object(map) => {
+            2 + map
+                .iter()
+                .map(|(key, item)| 2 + 6 * key.len() + 2 + at_most(item))
+                .sum::<usize>()
+        }
     }
 }
 
@@ -242,6 +288,38 @@ fn expand(value: &Value, pattern: &[String], at: &mut Vec<String>, out: &mut Vec
             at.push(key);
             expand(child, rest, at, out);
             at.pop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_size_bound_is_never_below_the_size_and_the_limit_check_matches_it() {
+        let values = [
+            json!(null),
+            json!(true),
+            json!(-1.234_567_890_123_456_7e-300),
+            json!(u64::MAX),
+            json!("plain"),
+            json!("quotes \" and \\ and \u{1} control and é"),
+            json!({"a\n": [1, "two", {"three": null}], "": {}}),
+            json!([[], {}, "", 0]),
+        ];
+        for value in &values {
+            let size = json_size(value);
+            assert!(
+                at_most(value) >= size,
+                "{value}: bound {} < {size}",
+                at_most(value)
+            );
+            for limit in [0, size.saturating_sub(1), size, size + 1, 10 * size] {
+                assert_eq!(larger_than(value, limit), size > limit, "{value} against {limit}");
+            }
         }
     }
 }

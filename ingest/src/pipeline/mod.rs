@@ -41,7 +41,7 @@ pub(crate) mod reject;
 pub(crate) mod seal;
 
 pub(crate) use offload::{Offloaded, offload};
-pub(crate) use seal::{Prepared, own_entry};
+pub(crate) use seal::{Body, Prepared, own_entry};
 
 /// The stages that need state of their own: the scrubber (key and the sensitivity its
 /// declarations taught it) and the payload stores.
@@ -67,7 +67,7 @@ impl Stages {
 
 /// What to do with one inbound message.
 pub(crate) enum Verdict {
-    /// New: append it (offloading first when [`Prepared::ready`] is empty).
+    /// New: append it (offloading first when its [`Body`] says so).
     Append(Box<Prepared>),
     /// The same identity with the same content is already in the ledger (or earlier in the batch).
     Duplicate,
@@ -100,7 +100,7 @@ impl InFlight {
 /// the events after it, and so does deduplication, because a batch can hold the same identity twice.
 /// Identities are looked up in one query per batch, after the batches still in flight.
 pub(crate) fn classify_batch(
-    originals: &[Original],
+    originals: &[&Original],
     index: &Mutex<IdentityIndex>,
     in_flight: &InFlight,
     stages: &Stages,
@@ -193,16 +193,17 @@ pub async fn entry_for_message(
         Ok(prepared) => prepared,
         Err(rejection) => return Ok(Err(rejection)),
     };
-    let digest = prepared.digest;
-    if let Some(ready) = prepared.ready {
-        return Ok(Ok((ready.bytes.to_vec(), digest)));
-    }
     let Prepared {
-        entry,
+        body,
         tenant,
         event_id,
+        digest,
         ..
     } = prepared;
+    let entry = match body {
+        Body::Ready(ready) => return Ok(Ok((ready.bytes.to_vec(), digest))),
+        Body::Offload(entry) => *entry,
+    };
     let json = entry.event.into_json();
     let bytes = offload::move_payloads(json, entry.ledger, &tenant, &event_id, offloader, Vec::new()).await?;
     Ok(Ok((bytes, digest)))

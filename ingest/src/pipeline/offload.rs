@@ -6,7 +6,7 @@ use serde_json::Value;
 use toolledger_wire::{Event, LedgerEntry, LedgerMetadata, PayloadRef, QuarantineReason, Tenant};
 
 use super::Stages;
-use super::seal::Prepared;
+use super::seal::{Body, Prepared};
 use crate::append::PendingEntry;
 use crate::payload::{Offloader, UploadName};
 use crate::quarantine::Rejection;
@@ -30,12 +30,21 @@ pub(crate) async fn offload(
     prepared: Prepared,
 ) -> Result<Offloaded> {
     let Prepared {
-        entry,
+        body,
         class,
         tenant,
         event_id,
         ..
     } = prepared;
+    let entry = match body {
+        Body::Ready(entry) => {
+            return Ok(Offloaded::Entry {
+                entry,
+                uploads: Vec::new(),
+            });
+        }
+        Body::Offload(entry) => *entry,
+    };
     let mut json = entry.event.into_json();
     let collected = match stages.uploads.collect(js, &tenant, &mut json).await {
         Ok(collected) => collected,

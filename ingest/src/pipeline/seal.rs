@@ -12,18 +12,24 @@ use crate::payload::{Offloader, UploadCollector};
 use crate::quarantine::{self, Rejection};
 use crate::{Error, Result};
 
-/// A decoded, validated, scrubbed event with its identity and digest; payloads not yet offloaded.
+/// A decoded, validated, scrubbed event with its identity and digest.
 pub(crate) struct Prepared {
-    /// The entry, its `content_digest` set.
-    pub(crate) entry: LedgerEntry,
+    pub(crate) body: Body,
     pub(crate) class: EventClass,
     pub(crate) key: IdentityKey,
     /// SHA-256 of the scrubbed event's canonical bytes: what duplicate detection compares.
     pub(crate) digest: [u8; 32],
     pub(crate) tenant: Tenant,
     pub(crate) event_id: String,
-    /// The ledger entry, when nothing in the event can move to the blob store.
-    pub(crate) ready: Option<PendingEntry>,
+}
+
+/// What is left to do to a prepared event's entry.
+pub(crate) enum Body {
+    /// Nothing: no part of the event can move to the blob store, and these are the entry's bytes
+    /// (the event itself is dropped where it was sealed, on the pool, not by the appender).
+    Ready(PendingEntry),
+    /// Its payloads: the entry, its `content_digest` set, for [`super::offload`] to finish.
+    Offload(Box<LedgerEntry>),
 }
 
 /// The scrubbed event's digest and identity, and its ledger entry when nothing in it can move to
@@ -44,27 +50,26 @@ pub(crate) fn seal(checked: Checked, offloader: &Offloader) -> std::result::Resu
     let event = Event::from_json(json).map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
     ledger.content_digest = None;
     let mut entry = LedgerEntry { event, ledger };
-    let (digest, ready) = if stays_inline {
+    let (digest, body) = if stays_inline {
         let (digest, bytes) = entry
             .seal()
             .map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
         let subject = toolledger_wire::subject::ledger_subject(&tenant, class);
-        (digest, Some(PendingEntry::new(subject, bytes.into())))
+        (digest, Body::Ready(PendingEntry::new(subject, bytes.into())))
     } else {
         let digest = entry
             .content_digest()
             .map_err(|e| reject(&tenant, &e, Some(event_id.clone())))?;
         entry.ledger.content_digest = Some(format!("sha256:{}", toolledger_wire::entry::hex(&digest)));
-        (digest, None)
+        (digest, Body::Offload(Box::new(entry)))
     };
     Ok(Prepared {
         key: IdentityKey::new(tenant.as_str(), &source, &event_id),
-        entry,
+        body,
         class,
         digest,
         tenant,
         event_id,
-        ready,
     })
 }
 

@@ -749,15 +749,18 @@ impl Front {
                 }
                 continue;
             }
-            let verdicts = {
-                let originals: Vec<Original> = run.iter().map(|item| item.original.clone()).collect();
+            let (run, verdicts) = {
                 let (index, in_flight, stages) = (
                     Arc::clone(shared.index),
                     Arc::clone(shared.in_flight),
                     Arc::clone(&self.stages),
                 );
+                // The batch goes to the blocking thread and comes back with its verdicts: nothing
+                // in it is copied.
                 tokio::task::spawn_blocking(move || {
-                    pipeline::classify_batch(&originals, &index, &in_flight, &stages)
+                    let originals: Vec<&Original> = run.iter().map(|item| &item.original).collect();
+                    let verdicts = pipeline::classify_batch(&originals, &index, &in_flight, &stages)?;
+                    Ok::<_, Error>((run, verdicts))
                 })
                 .await
                 .map_err(Error::task("classify"))??
@@ -805,7 +808,7 @@ impl Front {
                 return self.reconnect().await;
             }
         };
-        for message in messages {
+        for mut message in messages {
             let Ok(info) = message.info() else {
                 // No inbound sequence to place it by: left unacked, it comes back (or is read raw).
                 tracing::warn!(subject = %message.subject, "an inbound delivery without JetStream metadata");
@@ -815,7 +818,7 @@ impl Front {
                 consumer_seq: info.consumer_sequence,
                 delivered: info.delivered,
             });
-            let original = original_of(&message);
+            let original = original_of(&mut message);
             self.route(original, Done::Ack(message), delivery, late);
         }
         if let Some(lane) = self.lanes.lanes.get_mut(&lane) {
@@ -1044,16 +1047,9 @@ impl Back {
         for (item, verdict) in items.iter().zip(verdicts) {
             let original = &item.original;
             let verdict = match verdict {
-                Verdict::Append(mut prepared) => {
+                Verdict::Append(prepared) => {
                     let (key, digest) = (prepared.key, prepared.digest);
-                    let offloaded = match prepared.ready.take() {
-                        Some(entry) => Offloaded::Entry {
-                            entry,
-                            uploads: Vec::new(),
-                        },
-                        None => pipeline::offload(&self.js, &self.stages, *prepared).await?,
-                    };
-                    match offloaded {
+                    match pipeline::offload(&self.js, &self.stages, *prepared).await? {
                         Offloaded::Entry { entry, uploads: used } => {
                             pending.push(entry);
                             identities.push((key, digest));
@@ -1162,19 +1158,20 @@ fn lock(index: &Mutex<IdentityIndex>) -> std::sync::MutexGuard<'_, IdentityIndex
     index.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn original_of(message: &jetstream::Message) -> Original {
-    let info = message.info().ok();
-    let published = info
-        .as_ref()
-        .and_then(|i| i64::try_from(i.published.unix_timestamp_nanos()).ok())
-        .map_or_else(Utc::now, DateTime::<Utc>::from_timestamp_nanos);
+/// The inbound message as the pipeline reads it; its headers are moved out (the ack needs only the
+/// reply subject).
+fn original_of(message: &mut jetstream::Message) -> Original {
+    let (inbound_seq, published) = message.info().ok().map_or((0, None), |info| {
+        let published = i64::try_from(info.published.unix_timestamp_nanos()).ok();
+        (info.stream_sequence, published)
+    });
     Original {
         subject: message.subject.to_string(),
-        headers: message.headers.clone(),
+        headers: message.message.headers.take(),
         raw_headers: None,
         payload: message.payload.clone(),
-        inbound_seq: info.map_or(0, |i| i.stream_sequence),
-        published,
+        inbound_seq,
+        published: published.map_or_else(Utc::now, DateTime::<Utc>::from_timestamp_nanos),
     }
 }
 
