@@ -65,7 +65,7 @@ pub(crate) fn digest(parts: &[&str], len: usize) -> String {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part.as_bytes());
     }
-    let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let hex = toolledger_wire::entry::hex(&hasher.finalize());
     hex[..len.min(hex.len())].to_owned()
 }
 

@@ -70,7 +70,7 @@ pub struct PendingEntry {
 
 /// The `Nats-Msg-Id` of a ledger message in chained mode: its leaf hash in lowercase hex.
 pub fn ledger_msg_id(leaf: &Hash) -> String {
-    leaf.iter().map(|b| format!("{b:02x}")).collect()
+    toolledger_wire::entry::hex(leaf)
 }
 
 impl PendingEntry {
@@ -122,7 +122,7 @@ impl Appender {
             stream: stream.to_owned(),
             last_seq: info.state.last_sequence,
             mode,
-            batch_prefix: nonce.iter().map(|b| format!("{b:02x}")).collect(),
+            batch_prefix: toolledger_wire::entry::hex(&nonce),
             batches: 0,
         })
     }

@@ -382,6 +382,6 @@ fn json_value(value: rusqlite::types::ValueRef<'_>) -> Value {
         ValueRef::Integer(i) => Value::from(i),
         ValueRef::Real(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
         ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
-        ValueRef::Blob(b) => Value::String(b.iter().map(|byte| format!("{byte:02x}")).collect()),
+        ValueRef::Blob(b) => Value::String(toolledger_wire::entry::hex(b)),
     }
 }

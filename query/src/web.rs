@@ -64,7 +64,7 @@ static ETAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
         .iter()
         .map(|a| {
             let digest = Sha256::digest(a.body.as_bytes());
-            let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+            let hex = toolledger_wire::entry::hex(&digest[..16]);
             format!("\"{hex}\"")
         })
         .collect()

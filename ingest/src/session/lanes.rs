@@ -87,7 +87,7 @@ impl LaneKey {
             Self::Tenant(tenant) if Tenant::parse(tenant).is_ok() => format!("{prefix}_{tenant}"),
             Self::Tenant(token) => {
                 let digest = Sha256::digest(token.as_bytes());
-                let hex: String = digest[..8].iter().map(|byte| format!("{byte:02x}")).collect();
+                let hex = toolledger_wire::entry::hex(&digest[..8]);
                 format!("{prefix}-x{hex}")
             }
             Self::Bare => format!("{prefix}-bare"),

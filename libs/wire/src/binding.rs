@@ -16,6 +16,8 @@
 //! an unprefixed `content-type` as the data content type in binary mode, and never builds a header
 //! value with a panicking constructor.
 
+use std::borrow::Cow;
+
 use async_nats::HeaderMap;
 use async_nats::header::{HeaderName, HeaderValue};
 use bytes::Bytes;
@@ -92,12 +94,13 @@ pub fn is_json_content_type(content_type: &str) -> bool {
 }
 
 /// An inbound NATS message read as a CloudEvents message: header names folded to lowercase,
-/// `ce-*` values percent-decoded and checked.
+/// `ce-*` values percent-decoded and checked. Names and values are borrowed from the headers
+/// unless folding or decoding changed them.
 #[derive(Debug, Clone)]
 pub struct NatsMessage<'a> {
     /// `(attribute name, decoded value)` from `ce-*` headers, `specversion` excluded.
-    attributes: Vec<(String, String)>,
-    specversion: Option<String>,
+    attributes: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    specversion: Option<Cow<'a, str>>,
     content_type: Option<String>,
     payload: &'a [u8],
 }
@@ -106,7 +109,7 @@ impl<'a> NatsMessage<'a> {
     /// Reads the headers. Fails with `bad_envelope` naming the attribute when a `ce-*` name is no
     /// CloudEvents name, a value is not percent-encoded UTF-8, or an attribute is given twice with
     /// different values.
-    pub fn new(headers: Option<&HeaderMap>, payload: &'a [u8]) -> Result<Self> {
+    pub fn new(headers: Option<&'a HeaderMap>, payload: &'a [u8]) -> Result<Self> {
         let mut message = Self {
             attributes: Vec::new(),
             specversion: None,
@@ -116,37 +119,48 @@ impl<'a> NatsMessage<'a> {
         let Some(headers) = headers else {
             return Ok(message);
         };
-        let mut ce: Vec<(String, String)> = Vec::new();
+        let mut ce: Vec<(Cow<'a, str>, Cow<'a, str>)> = Vec::new();
         for (name, values) in headers.iter() {
-            let name: &str = name.as_ref();
-            let lower = name.to_ascii_lowercase();
+            let name: &'a str = name.as_ref();
+            let lower: Cow<'a, str> = if name.bytes().any(|b| b.is_ascii_uppercase()) {
+                Cow::Owned(name.to_ascii_lowercase())
+            } else {
+                Cow::Borrowed(name)
+            };
             for value in values {
                 let raw = value.as_str();
                 if lower == "content-type" {
                     message.content_type.get_or_insert_with(|| raw.trim().to_owned());
                     continue;
                 }
-                let Some(attribute) = lower.strip_prefix(CE_PREFIX) else {
-                    continue;
+                let attribute: Cow<'a, str> = match &lower {
+                    Cow::Borrowed(lower) => match lower.strip_prefix(CE_PREFIX) {
+                        Some(attribute) => Cow::Borrowed(attribute),
+                        None => continue,
+                    },
+                    Cow::Owned(lower) => match lower.strip_prefix(CE_PREFIX) {
+                        Some(attribute) => Cow::Owned(attribute.to_owned()),
+                        None => continue,
+                    },
                 };
-                if !is_attribute_name(attribute) {
+                if !is_attribute_name(&attribute) {
                     return Err(Error::bad_envelope(
                         name,
                         "not a CloudEvents attribute name (a-z, 0-9)",
                     ));
                 }
                 let decoded = percent_decode_str(raw).decode_utf8().map_err(|_| {
-                    Error::bad_envelope(attribute, "header value is not percent-encoded UTF-8")
+                    Error::bad_envelope(&*attribute, "header value is not percent-encoded UTF-8")
                 })?;
-                match ce.iter().find(|(a, _)| a == attribute) {
+                match ce.iter().find(|(a, _)| *a == attribute) {
                     Some((_, earlier)) if *earlier != decoded => {
                         return Err(Error::bad_envelope(
-                            attribute,
+                            &*attribute,
                             "given more than once with different values",
                         ));
                     }
                     Some(_) => {}
-                    None => ce.push((attribute.to_owned(), decoded.into_owned())),
+                    None => ce.push((attribute, decoded)),
                 }
             }
         }
@@ -213,16 +227,18 @@ impl<'a> NatsMessage<'a> {
         }
         let mut event = Event::new(String::new(), String::new(), String::new());
         for (attribute, value) in self.attributes {
-            match attribute.as_str() {
-                "id" => event.id = value,
-                "type" => event.ty = value,
-                "source" => event.source = value,
-                "datacontenttype" => event.datacontenttype = Some(value),
+            match &*attribute {
+                "id" => event.id = value.into_owned(),
+                "type" => event.ty = value.into_owned(),
+                "source" => event.source = value.into_owned(),
+                "datacontenttype" => event.datacontenttype = Some(value.into_owned()),
                 "dataschema" => event.dataschema = Some(parse_dataschema(&value)?),
-                "subject" => event.subject = Some(value),
+                "subject" => event.subject = Some(value.into_owned()),
                 "time" => event.time = Some(parse_time(&value)?),
                 _ => {
-                    event.extensions.insert(attribute, ExtensionValue::String(value));
+                    event
+                        .extensions
+                        .insert(attribute.into_owned(), ExtensionValue::String(value.into_owned()));
                 }
             }
         }

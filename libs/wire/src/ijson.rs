@@ -393,6 +393,11 @@ impl Parser<'_> {
             }
             let run = &self.bytes[start..self.pos];
             match std::str::from_utf8(run) {
+                // No escape: one allocation of the exact size.
+                Ok(text) if out.is_empty() && self.peek() == Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(text.to_owned());
+                }
                 Ok(text) => out.push_str(text),
                 Err(e) => {
                     return Err(self.fail(JsonProblem::InvalidUtf8 {
