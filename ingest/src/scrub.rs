@@ -41,6 +41,7 @@
 //! Marker objects are opaque: a value that already is a marker is left as it is and listed, wherever it
 //! is, so scrubbing is idempotent (same event, same paths).
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -376,7 +377,7 @@ impl Scrubber {
                 expand_pattern(event, pattern, &mut Vec::new(), &mut targets);
             }
             if let Some(data) = event.get("data") {
-                let mut at = vec!["data".to_owned()];
+                let mut at = vec![Cow::Borrowed("data")];
                 find_generic(data, &mut at, &mut targets);
                 if let Some(fields) = self.registry.for_event(event) {
                     find_declared(data, fields, &mut at, &mut targets);
@@ -477,18 +478,26 @@ fn is_headers_key(key: &str) -> bool {
     key == "headers" || key.ends_with("_headers") || key.ends_with("-headers")
 }
 
+/// A location being walked: keys borrowed from the value (or the pattern), array indices written
+/// out. Made owned only for a hit.
+type Walk<'a> = Vec<Cow<'a, str>>;
+
+fn owned(at: &[Cow<'_, str>]) -> Vec<String> {
+    at.iter().map(|token| token.to_string()).collect()
+}
+
 /// OTC context, bearer tokens and credential headers, anywhere under `value`.
-fn find_generic(value: &Value, at: &mut Vec<String>, out: &mut BTreeSet<Vec<String>>) {
+fn find_generic<'a>(value: &'a Value, at: &mut Walk<'a>, out: &mut BTreeSet<Vec<String>>) {
     if is_marker(value) {
         return;
     }
     match value {
         Value::String(s) if is_bearer(s) => {
-            out.insert(at.clone());
+            out.insert(owned(at));
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                at.push(i.to_string());
+                at.push(Cow::Owned(i.to_string()));
                 find_generic(item, at, out);
                 at.pop();
             }
@@ -497,7 +506,7 @@ fn find_generic(value: &Value, at: &mut Vec<String>, out: &mut BTreeSet<Vec<Stri
             if let Some(Value::Object(context)) = map.get("context") {
                 for key in ["authorization", "secrets"] {
                     if context.contains_key(key) {
-                        let mut path = at.clone();
+                        let mut path = owned(at);
                         path.push("context".to_owned());
                         path.push(key.to_owned());
                         out.insert(path);
@@ -505,7 +514,7 @@ fn find_generic(value: &Value, at: &mut Vec<String>, out: &mut BTreeSet<Vec<Stri
                 }
             }
             for (key, child) in map {
-                at.push(key.clone());
+                at.push(Cow::Borrowed(key));
                 if is_headers_key(key) {
                     find_credential_headers(child, at, out);
                 }
@@ -518,27 +527,34 @@ fn find_generic(value: &Value, at: &mut Vec<String>, out: &mut BTreeSet<Vec<Stri
 }
 
 /// Every marker already in `value`.
-fn find_markers(value: &Value, at: &mut Vec<String>, out: &mut BTreeSet<Vec<String>>) {
+fn find_markers<'a>(value: &'a Value, at: &mut Walk<'a>, out: &mut BTreeSet<Vec<String>>) {
     if is_marker(value) {
-        out.insert(at.clone());
+        out.insert(owned(at));
         return;
     }
-    let children: Box<dyn Iterator<Item = (String, &Value)>> = match value {
-        Value::Object(map) => Box::new(map.iter().map(|(k, v)| (k.clone(), v))),
-        Value::Array(items) => Box::new(items.iter().enumerate().map(|(i, v)| (i.to_string(), v))),
-        _ => return,
-    };
-    for (key, child) in children {
-        at.push(key);
-        find_markers(child, at, out);
-        at.pop();
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                at.push(Cow::Borrowed(key));
+                find_markers(child, at, out);
+                at.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                at.push(Cow::Owned(i.to_string()));
+                find_markers(child, at, out);
+                at.pop();
+            }
+        }
+        _ => {}
     }
 }
 
 /// Credential-shaped entries of a headers-like value: an object, or a list of `{name, value}` pairs.
-fn find_credential_headers(headers: &Value, at: &mut [String], out: &mut BTreeSet<Vec<String>>) {
+fn find_credential_headers(headers: &Value, at: &[Cow<'_, str>], out: &mut BTreeSet<Vec<String>>) {
     let mut add = |tail: &[&str]| {
-        let mut path = at.to_vec();
+        let mut path = owned(at);
         path.extend(tail.iter().map(|s| (*s).to_owned()));
         out.insert(path);
     };
@@ -564,10 +580,10 @@ fn find_credential_headers(headers: &Value, at: &mut [String], out: &mut BTreeSe
 }
 
 /// Declared sensitive fields, inside every invocation input of `data`.
-fn find_declared(
-    data: &Value,
-    fields: &SensitiveFields,
-    at: &mut Vec<String>,
+fn find_declared<'a>(
+    data: &'a Value,
+    fields: &'a SensitiveFields,
+    at: &mut Walk<'a>,
     out: &mut BTreeSet<Vec<String>>,
 ) {
     let Value::Object(map) = data else {
@@ -575,7 +591,7 @@ fn find_declared(
     };
     for key in INPUT_KEYS.iter().chain(&["input"]) {
         if let Some(input) = map.get(*key) {
-            at.push((*key).to_owned());
+            at.push(Cow::Borrowed(*key));
             find_in_input(input, fields, at, out);
             at.pop();
         }
@@ -590,7 +606,11 @@ fn find_declared(
             };
             for (key, input) in item {
                 if INPUT_KEYS.contains(&key.as_str()) || key == "input" || key.ends_with("_input") {
-                    at.extend([list.to_owned(), i.to_string(), key.clone()]);
+                    at.extend([
+                        Cow::Borrowed(list),
+                        Cow::Owned(i.to_string()),
+                        Cow::Borrowed(key.as_str()),
+                    ]);
                     find_in_input(input, fields, at, out);
                     at.truncate(at.len() - 3);
                 }
@@ -599,10 +619,10 @@ fn find_declared(
     }
 }
 
-fn find_in_input(
-    input: &Value,
-    fields: &SensitiveFields,
-    at: &mut Vec<String>,
+fn find_in_input<'a>(
+    input: &'a Value,
+    fields: &'a SensitiveFields,
+    at: &mut Walk<'a>,
     out: &mut BTreeSet<Vec<String>>,
 ) {
     for pointer in &fields.pointers {
@@ -611,10 +631,10 @@ fn find_in_input(
     find_names(input, &fields.names, at, out);
 }
 
-fn find_names(
-    value: &Value,
+fn find_names<'a>(
+    value: &'a Value,
     names: &BTreeSet<String>,
-    at: &mut Vec<String>,
+    at: &mut Walk<'a>,
     out: &mut BTreeSet<Vec<String>>,
 ) {
     if names.is_empty() || is_marker(value) {
@@ -623,9 +643,9 @@ fn find_names(
     match value {
         Value::Object(map) => {
             for (key, child) in map {
-                at.push(key.clone());
+                at.push(Cow::Borrowed(key));
                 if names.contains(key) {
-                    out.insert(at.clone());
+                    out.insert(owned(at));
                 } else {
                     find_names(child, names, at, out);
                 }
@@ -634,7 +654,7 @@ fn find_names(
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                at.push(i.to_string());
+                at.push(Cow::Owned(i.to_string()));
                 find_names(item, names, at, out);
                 at.pop();
             }
@@ -644,24 +664,29 @@ fn find_names(
 }
 
 /// Every existing location under the event root matching `pattern` (`*` = any key or index).
-fn expand_pattern(root: &Value, pattern: &[String], at: &mut Vec<String>, out: &mut BTreeSet<Vec<String>>) {
+fn expand_pattern<'a>(
+    root: &'a Value,
+    pattern: &'a [String],
+    at: &mut Walk<'a>,
+    out: &mut BTreeSet<Vec<String>>,
+) {
     expand_pattern_from(root, pattern, at, out);
 }
 
-fn expand_pattern_from(
-    value: &Value,
-    pattern: &[String],
-    at: &mut Vec<String>,
+fn expand_pattern_from<'a>(
+    value: &'a Value,
+    pattern: &'a [String],
+    at: &mut Walk<'a>,
     out: &mut BTreeSet<Vec<String>>,
 ) {
     let Some((head, rest)) = pattern.split_first() else {
-        out.insert(at.clone());
+        out.insert(owned(at));
         return;
     };
     if is_marker(value) {
         return;
     }
-    let mut step = |key: String, child: &Value, at: &mut Vec<String>| {
+    let mut step = |key: Cow<'a, str>, child: &'a Value, at: &mut Walk<'a>| {
         at.push(key);
         expand_pattern_from(child, rest, at, out);
         at.pop();
@@ -670,19 +695,19 @@ fn expand_pattern_from(
         Value::Object(map) => {
             if head == "*" {
                 for (k, child) in map {
-                    step(k.clone(), child, at);
+                    step(Cow::Borrowed(k), child, at);
                 }
             } else if let Some(child) = map.get(head) {
-                step(head.clone(), child, at);
+                step(Cow::Borrowed(head), child, at);
             }
         }
         Value::Array(items) => {
             if head == "*" {
                 for (i, child) in items.iter().enumerate() {
-                    step(i.to_string(), child, at);
+                    step(Cow::Owned(i.to_string()), child, at);
                 }
             } else if let Some(child) = array_index(head).and_then(|i| items.get(i)) {
-                step(head.clone(), child, at);
+                step(Cow::Borrowed(head), child, at);
             }
         }
         _ => {}

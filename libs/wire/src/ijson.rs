@@ -385,12 +385,7 @@ impl Parser<'_> {
         loop {
             // Copy the longest run of plain bytes at once, validating it as UTF-8.
             let start = self.pos;
-            while let Some(b) = self.peek() {
-                if b == b'"' || b == b'\\' || b < 0x20 {
-                    break;
-                }
-                self.pos += 1;
-            }
+            self.pos += crate::jcs::plain_run(&self.bytes[start..]);
             let run = &self.bytes[start..self.pos];
             match std::str::from_utf8(run) {
                 // No escape: one allocation of the exact size.
