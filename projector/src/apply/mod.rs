@@ -81,18 +81,38 @@ impl Ctx<'_> {
     }
 }
 
-/// Applies the entry at `seq`; returns its leaf hash (hex). Invocation rows are written by
+/// An entry as far as it can go without the database: its leaf hash, and the parsed, classified
+/// entry or why it does not parse. [`decode`] runs off the writer's thread (see
+/// [`crate::Store::apply_batch`]); [`apply_decoded`] writes it.
+pub(crate) struct Decoded {
+    seq: i64,
+    leaf: String,
+    entry: std::result::Result<(LedgerEntry, ClassifiedEvent), toolledger_wire::Error>,
+}
+
+/// Reads the entry at `seq`: leaf hash, strict parse, classification.
+pub(crate) fn decode(seq: u64, bytes: &[u8]) -> Decoded {
+    let entry = LedgerEntry::parse(bytes).map(|entry| {
+        let classified = entry.classify();
+        (entry, classified)
+    });
+    Decoded {
+        seq: i64::try_from(seq).unwrap_or(i64::MAX),
+        leaf: toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes)),
+        entry,
+    }
+}
+
+/// Applies a decoded entry; returns its leaf hash (hex). Invocation rows are written by
 /// [`Invocations::write`] at the end of the batch.
-pub(crate) fn apply_entry(
+pub(crate) fn apply_decoded(
     tx: &Transaction<'_>,
-    seq: u64,
-    bytes: &[u8],
+    decoded: Decoded,
     state: &StateConfig,
     invocations: &mut Invocations,
 ) -> Result<String> {
-    let leaf = toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes));
-    let seq = i64::try_from(seq).unwrap_or(i64::MAX);
-    let mut entry = match LedgerEntry::parse(bytes) {
+    let Decoded { seq, leaf, entry } = decoded;
+    let (mut entry, classified) = match entry {
         Ok(entry) => entry,
         Err(error) => {
             tracing::warn!(seq, %error, "ledger entry does not decode; indexed with its problem");
@@ -106,7 +126,7 @@ pub(crate) fn apply_entry(
         session_id: session,
         invocation_id,
         problem,
-    } = entry.classify();
+    } = classified;
     let LedgerEntry { event, ledger } = &mut entry;
     let text = |value: Option<&str>| value.map(str::to_owned);
     let tenant = event.extension_str("tenant").unwrap_or_default().to_owned();
