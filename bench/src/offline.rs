@@ -423,11 +423,13 @@ pub async fn export(options: &Options) -> anyhow::Result<Section> {
 }
 
 const EXPORT_MISS: &str = "the baseline encodes rows that were already extracted, for one table, into one \
-    file; reading is not the cost (the NATS read alone runs at more than ten times the export's rate). \
-    Export parses every entry, tracks invocation state to emit the invocations, decisions and results \
-    tables, and writes five tables partitioned by tenant and date with manifests, all on one core. What \
-    would close it: decode entries into rows on the second core while the first encodes, and buffer more \
-    rows per flush so each partition gets fewer, larger files.";
+    file; reading is not the cost (the NATS read alone runs at several times the export's rate). Export \
+    parses every entry, tracks invocation state to emit the invocations, decisions and results tables, and \
+    writes five tables partitioned by tenant and date with manifests. Entries are parsed and classified on \
+    a second thread while the tracker builds rows, but reading a batch, applying it and encoding a range \
+    still take turns: a range is encoded only when it closes, on one core, while nothing is applied. What \
+    would close it: read the next batch while one is applied, encode row groups as they fill on the second \
+    core, and buffer more rows per flush so each partition gets fewer, larger files.";
 
 /// `verify_ledger` (read from NATS, parse, leaf hash, tree, checkpoints, tiles) beside SHA-256 of
 /// the same entry bytes in memory.

@@ -5,7 +5,7 @@
 //!                                         ─▶ redo [a, b]: same rows, same bytes, create-only puts
 //!       ─▶ newest checkpoints manifest? ─▶ redo it
 //!       ─▶ local archive: remove staging files (`<object>#<n>`) that kill -9 left beside objects
-//! follow ATL_LEDGER from b+1 (ordered consumer) ─▶ batches ─spawn_blocking─▶ Tracker::apply ─▶ segment
+//! follow ATL_LEDGER from b+1 (ordered consumer) ─▶ batches ─spawn_blocking─▶ decode_ahead ─▶ Tracker::apply ─▶ segment
 //! segment full (rows_per_file entries) or its oldest row older than max_delay, or caught up / stop:
 //!   1 manifests of the four ledger tables for [first, last]       (the boundary is fixed here)
 //!   2 encode every (table, tenant, event_date) file  (spawn_blocking, fixed writer properties)
@@ -140,21 +140,26 @@ async fn apply_batch(
 ) -> Result<(Tracker, Segment)> {
     tokio::task::spawn_blocking(move || {
         let mut tracker = tracker;
-        for (seq, bytes) in batch {
-            let out = tracker.apply(seq, &bytes, rows);
-            if !rows {
-                continue;
-            }
-            if segment.first == 0 {
-                segment.first = seq;
-                segment.opened = Some(Instant::now());
-            }
-            segment.last = seq;
-            segment.events.extend(out.event);
-            segment.invocations.extend(out.invocation);
-            segment.decisions.extend(out.decision);
-            segment.results.extend(out.result);
-        }
+        // Parsing and classifying (the larger part of the work) runs on a second thread, ahead.
+        let Ok(()) = toolledger_ledger::decode_ahead(
+            &batch,
+            |(_, bytes)| toolledger_ledger::decode_entry(bytes),
+            |(seq, bytes), decoded| {
+                let out = tracker.apply_decoded(*seq, bytes, decoded, rows);
+                if rows {
+                    if segment.first == 0 {
+                        segment.first = *seq;
+                        segment.opened = Some(Instant::now());
+                    }
+                    segment.last = *seq;
+                    segment.events.extend(out.event);
+                    segment.invocations.extend(out.invocation);
+                    segment.decisions.extend(out.decision);
+                    segment.results.extend(out.result);
+                }
+                Ok::<_, std::convert::Infallible>(())
+            },
+        );
         (tracker, segment)
     })
     .await

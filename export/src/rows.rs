@@ -349,8 +349,20 @@ impl Tracker {
     /// The rows of the entry at `seq`. With `rows = false` only the tracker moves (replaying the
     /// ledger before a recovered position).
     pub fn apply(&mut self, seq: u64, bytes: &[u8], rows: bool) -> EntryRows {
-        let leaf = toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes));
-        let entry = match LedgerEntry::parse(bytes) {
+        self.apply_decoded(seq, bytes, toolledger_ledger::decode_entry(bytes), rows)
+    }
+
+    /// [`Tracker::apply`] of an entry already decoded by [`toolledger_ledger::decode_entry`] (the
+    /// exporter decodes on a second thread, [`toolledger_ledger::decode_ahead`]).
+    pub fn apply_decoded(
+        &mut self,
+        seq: u64,
+        bytes: &[u8],
+        decoded: toolledger_ledger::DecodedEntry,
+        rows: bool,
+    ) -> EntryRows {
+        let toolledger_ledger::DecodedEntry { leaf, entry } = decoded;
+        let (entry, classified) = match entry {
             Ok(entry) => entry,
             Err(error) => {
                 let event = rows.then(|| EventRow {
@@ -376,7 +388,7 @@ impl Tracker {
             session_id: session,
             invocation_id,
             problem,
-        } = entry.classify();
+        } = classified;
         let LedgerEntry { event, ledger } = &entry;
         let text = |value: Option<&str>| value.map(str::to_owned);
         let tenant = event

@@ -23,13 +23,6 @@ pub const SCHEMA_VERSION: &str = "3";
 /// Prepared statements kept per connection: every statement of the apply path, with room to spare.
 const STATEMENT_CACHE: usize = 128;
 
-/// Entries decoded ahead of the writer are handed over this many at a time...
-const DECODE_CHUNK: usize = 32;
-/// ...with at most this many chunks waiting.
-const DECODE_AHEAD_CHUNKS: usize = 2;
-/// Batches smaller than this are decoded on the writer's thread: a thread is not worth starting.
-const DECODE_AHEAD_FROM: usize = 2 * DECODE_CHUNK;
-
 /// One ledger entry to apply: its ATL_LEDGER sequence and its bytes (the canonical entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawEntry {
@@ -94,6 +87,8 @@ impl Store {
         .sql("open read-only")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .sql("busy_timeout")?;
+        // The query service's reads have about 20 statements of their own.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let store = Store {
             conn,
             path: path.to_path_buf(),
@@ -193,35 +188,22 @@ impl Store {
         }
         let mut leaf = None;
         let mut invocations = apply::Invocations::default();
-        let mut apply = |decoded| -> Result<()> {
-            leaf = Some(apply::apply_decoded(&tx, decoded, &state, &mut invocations)?);
-            Ok(())
-        };
-        if new.len() < DECODE_AHEAD_FROM {
-            for entry in new {
-                apply(apply::decode(entry.seq, &entry.bytes))?;
-            }
-        } else {
-            // Parsing and classifying entries needs no database: a second thread does it, a
-            // bounded distance ahead, while this one writes.
-            // Handed over in chunks, so the two threads wake each other once a chunk, not once an
-            // entry.
-            std::thread::scope(|scope| {
-                let (send, decoded) = std::sync::mpsc::sync_channel::<Vec<_>>(DECODE_AHEAD_CHUNKS);
-                scope.spawn(move || {
-                    for chunk in new.chunks(DECODE_CHUNK) {
-                        let chunk = chunk
-                            .iter()
-                            .map(|entry| apply::decode(entry.seq, &entry.bytes))
-                            .collect();
-                        if send.send(chunk).is_err() {
-                            break; // the writer failed and stopped reading
-                        }
-                    }
-                });
-                decoded.into_iter().flatten().try_for_each(&mut apply)
-            })?;
-        }
+        // Parsing and classifying entries needs no database: a second thread does it, a bounded
+        // distance ahead, while this one writes.
+        toolledger_ledger::decode_ahead(
+            new,
+            |entry| toolledger_ledger::decode_entry(&entry.bytes),
+            |entry, decoded| {
+                leaf = Some(apply::apply_decoded(
+                    &tx,
+                    entry.seq,
+                    decoded,
+                    &state,
+                    &mut invocations,
+                )?);
+                Ok(())
+            },
+        )?;
         if let Some(last) = new.last() {
             position = last.seq;
         }

@@ -20,6 +20,8 @@
 //! Modules:
 //! - [`read`]: the ordered reader ([`OrderedReader`], [`ReadSpec`]), [`last_sequence`], single-message
 //!   gets. The one place that reads a stream in order and checks it for gaps.
+//! - [`decode`]: [`decode_entry`] (leaf hash, parse, classification) and [`decode_ahead`], which does
+//!   it on a second thread while the projector or the exporter applies entries in order.
 //! - [`blobs`]: the tenant-partitioned blob store ([`BlobStore`]): blob layout, commitments, retries.
 //! - [`tiles`]: [`open_tiles`], the tile store from a location string.
 //! - [`erasure`]: erasure of offloaded content by invocation, session, blob, tenant or age (retention).
@@ -31,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod blobs;
+pub mod decode;
 pub mod erasure;
 mod error;
 pub mod quarantine;
@@ -41,6 +44,7 @@ pub use blobs::{
     BlobStore, BlobStoreConfig, NONCE_LEN, PAYLOAD_KEY, RetryPolicy, StoredBlob, is_payload_marker,
     payload_marker,
 };
+pub use decode::{DecodedEntry, decode_ahead, decode_entry};
 pub use error::{BoxError, Error, Result, with_causes};
 pub use read::{
     OrderedReader, ReadSpec, StoredMessage, StreamMessage, Until, last_sequence, message,

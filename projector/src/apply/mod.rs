@@ -1,7 +1,7 @@
 //! Applying one ledger entry to the projection, inside the caller's transaction.
 //!
 //! ```text
-//! entry bytes ─▶ LedgerEntry::parse ─▶ events row (always; `problem` when it goes no further)
+//! entry bytes ─▶ decode_entry (parse, classify; on a second thread) ─▶ events row (always; `problem` when it goes no further)
 //!             ─▶ ClassifiedEvent (class, typed data, session, invocation) ─▶ sessions
 //!                  ├─ invocation classes ─▶ the batch's InvocationFold of that invocation
 //!                  │      ├─ per entry: transitions, anomalies, input mutations, decisions, hooks,
@@ -25,6 +25,7 @@ use rusqlite::{Transaction, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+use toolledger_ledger::DecodedEntry;
 use toolledger_schemas::contract::LedgerRecord;
 use toolledger_schemas::state::{self, Config as StateConfig, InvocationTrack};
 use toolledger_schemas::{
@@ -81,37 +82,18 @@ impl Ctx<'_> {
     }
 }
 
-/// An entry as far as it can go without the database: its leaf hash, and the parsed, classified
-/// entry or why it does not parse. [`decode`] runs off the writer's thread (see
-/// [`crate::Store::apply_batch`]); [`apply_decoded`] writes it.
-pub(crate) struct Decoded {
-    seq: i64,
-    leaf: String,
-    entry: std::result::Result<(LedgerEntry, ClassifiedEvent), toolledger_wire::Error>,
-}
-
-/// Reads the entry at `seq`: leaf hash, strict parse, classification.
-pub(crate) fn decode(seq: u64, bytes: &[u8]) -> Decoded {
-    let entry = LedgerEntry::parse(bytes).map(|entry| {
-        let classified = entry.classify();
-        (entry, classified)
-    });
-    Decoded {
-        seq: i64::try_from(seq).unwrap_or(i64::MAX),
-        leaf: toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes)),
-        entry,
-    }
-}
-
-/// Applies a decoded entry; returns its leaf hash (hex). Invocation rows are written by
+/// Applies the entry at `seq`, decoded by [`toolledger_ledger::decode_entry`]; returns its leaf
+/// hash (hex). Invocation rows are written by
 /// [`Invocations::write`] at the end of the batch.
 pub(crate) fn apply_decoded(
     tx: &Transaction<'_>,
-    decoded: Decoded,
+    seq: u64,
+    decoded: DecodedEntry,
     state: &StateConfig,
     invocations: &mut Invocations,
 ) -> Result<String> {
-    let Decoded { seq, leaf, entry } = decoded;
+    let DecodedEntry { leaf, entry } = decoded;
+    let seq = i64::try_from(seq).unwrap_or(i64::MAX);
     let (mut entry, classified) = match entry {
         Ok(entry) => entry,
         Err(error) => {

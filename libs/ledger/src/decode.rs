@@ -1,0 +1,106 @@
+//! Entries read for the stages that apply the ledger in order (projector, export): the part of
+//! reading an entry that needs no state — its leaf hash, the strict parse, the classification — done
+//! a bounded distance ahead on a second thread while the caller applies what is already decoded.
+//!
+//! ```text
+//! entries ─▶ decoder thread: decode_entry, in chunks of DECODE_CHUNK ─▶ ≤ AHEAD_CHUNKS waiting ─▶ apply, in order
+//! ```
+
+use toolledger_schemas::ClassifiedEvent;
+use toolledger_wire::LedgerEntry;
+
+/// Entries are handed from the decoder to the applier this many at a time, so the two threads
+/// wake each other once a chunk, not once an entry (which cost more than the decoding it moved).
+pub const DECODE_CHUNK: usize = 32;
+/// Chunks decoded and waiting for the applier, at most.
+pub const AHEAD_CHUNKS: usize = 2;
+/// Fewer entries than this are decoded on the caller's thread: a thread is not worth starting.
+pub const DECODE_AHEAD_FROM: usize = 2 * DECODE_CHUNK;
+
+/// One ledger entry as far as it goes without state.
+pub struct DecodedEntry {
+    /// `SHA-256(0x00 || bytes)` in lowercase hex (DESIGN §4).
+    pub leaf: String,
+    /// The parsed entry and its classification, or why the bytes are no ledger entry.
+    pub entry: Result<(LedgerEntry, ClassifiedEvent), toolledger_wire::Error>,
+}
+
+/// Reads an entry's bytes: leaf hash, strict parse, classification.
+pub fn decode_entry(bytes: &[u8]) -> DecodedEntry {
+    DecodedEntry {
+        leaf: toolledger_wire::entry::hex(&toolledger_merkle::leaf_hash(bytes)),
+        entry: LedgerEntry::parse(bytes).map(|entry| {
+            let classified = entry.classify();
+            (entry, classified)
+        }),
+    }
+}
+
+/// Calls `apply` on every item in order with what `decode` made of it; `decode` runs on a second
+/// thread, up to [`AHEAD_CHUNKS`] × [`DECODE_CHUNK`] items ahead (on the caller's thread when there
+/// are fewer than [`DECODE_AHEAD_FROM`] items). Stops at `apply`'s first error, and the decoder
+/// with it.
+pub fn decode_ahead<T, D, E>(
+    items: &[T],
+    decode: impl Fn(&T) -> D + Sync,
+    mut apply: impl FnMut(&T, D) -> Result<(), E>,
+) -> Result<(), E>
+where
+    T: Sync,
+    D: Send,
+{
+    if items.len() < DECODE_AHEAD_FROM {
+        return items.iter().try_for_each(|item| apply(item, decode(item)));
+    }
+    std::thread::scope(|scope| {
+        let (send, decoded) = std::sync::mpsc::sync_channel::<Vec<D>>(AHEAD_CHUNKS);
+        let decode = &decode;
+        scope.spawn(move || {
+            for chunk in items.chunks(DECODE_CHUNK) {
+                if send.send(chunk.iter().map(decode).collect()).is_err() {
+                    break; // the applier failed and stopped reading
+                }
+            }
+        });
+        items
+            .iter()
+            .zip(decoded.into_iter().flatten())
+            .try_for_each(|(item, decoded)| apply(item, decoded))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applies_every_item_in_order_and_stops_at_the_first_error() {
+        for len in [0, 1, DECODE_AHEAD_FROM - 1, DECODE_AHEAD_FROM, 1000] {
+            let items: Vec<u64> = (0..len as u64).collect();
+            let mut seen = Vec::new();
+            decode_ahead(
+                &items,
+                |item| item * 2,
+                |item, doubled| {
+                    assert_eq!(doubled, item * 2);
+                    seen.push(*item);
+                    Ok::<_, ()>(())
+                },
+            )
+            .unwrap();
+            assert_eq!(seen, items);
+
+            let mut applied = 0;
+            let failed = decode_ahead(
+                &items,
+                |item| *item,
+                |_, item| {
+                    applied += 1;
+                    if item == 40 { Err(item) } else { Ok(()) }
+                },
+            );
+            assert_eq!(failed, if len > 40 { Err(40) } else { Ok(()) });
+            assert_eq!(applied, len.min(41));
+        }
+    }
+}
