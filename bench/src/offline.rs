@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use toolledger_export::rows::Tracker;
 use toolledger_export::tables::{self, Table};
@@ -373,7 +374,8 @@ pub async fn export(options: &Options) -> anyhow::Result<Section> {
              local filesystem with manifests. **raw arrow write**: the rows export writes for the same \
              entries — `events`, `invocations`, `permission_decisions` and `results`, extracted beforehand — \
              grouped by the same tenant/date partitions and written by arrow-rs `ArrowWriter` (same schemas \
-             and writer properties, zstd) to one file per table and partition, without manifests and \
+             and writer properties, zstd; partitions on both cores, as export does) to one file per table \
+             and partition, without manifests and \
              without the few `checkpoints` rows. \
              **NATS read**: reading the ledger in order and discarding it.",
             ledger.describe()
@@ -433,24 +435,29 @@ struct StageRows {
 impl StageRows {
     /// One Parquet file per table and partition under `dir`, as export lays them out.
     fn write(&self, dir: &std::path::Path) -> anyhow::Result<()> {
-        fn table<R>(
+        fn table<R: Sync>(
             dir: &std::path::Path,
             table: Table,
             rows: &[R],
             partition: impl Fn(&R) -> &toolledger_export::rows::Partition,
-            to_batch: impl Fn(&[&R]) -> toolledger_export::Result<arrow_array::RecordBatch>,
+            to_batch: impl Fn(&[&R]) -> toolledger_export::Result<arrow_array::RecordBatch> + Sync,
         ) -> anyhow::Result<()> {
             let mut groups: std::collections::BTreeMap<_, Vec<&R>> = std::collections::BTreeMap::new();
             for row in rows {
                 groups.entry(partition(row)).or_default().push(row);
             }
-            for (partition, rows) in groups {
-                let bytes = tables::encode(table, &to_batch(&rows)?, tables::writer_properties(50_000))?;
-                let folder = dir.join(table.name()).join(partition.folder());
-                std::fs::create_dir_all(&folder)?;
-                std::fs::write(folder.join("part.parquet"), bytes)?;
-            }
-            Ok(())
+            // Partitions on both cores, as export encodes them.
+            groups
+                .into_iter()
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .try_for_each(|(partition, rows)| -> anyhow::Result<()> {
+                    let bytes = tables::encode(table, &to_batch(&rows)?, tables::writer_properties(50_000))?;
+                    let folder = dir.join(table.name()).join(partition.folder());
+                    std::fs::create_dir_all(&folder)?;
+                    std::fs::write(folder.join("part.parquet"), bytes)?;
+                    Ok(())
+                })
         }
         table(
             dir,
@@ -488,7 +495,8 @@ const EXPORT_MISS: &str = "the baseline writes the rows export writes (four tabl
     parses every entry, tracks invocation state to emit the invocations, decisions and results tables, and \
     writes five tables partitioned by tenant and date with manifests. Entries are parsed and classified on \
     a second thread while the tracker builds rows, but reading a batch, applying it and encoding a range \
-    still take turns: a range is encoded only when it closes, on one core, while nothing is applied. What \
+    still take turns: a range is encoded only when it closes (its partitions on both cores), while nothing is \
+    applied. What \
     would close it: read the next batch while one is applied, encode row groups as they fill on the second \
     core, and buffer more rows per flush so each partition gets fewer, larger files.";
 

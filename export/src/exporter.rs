@@ -8,7 +8,8 @@
 //! follow ATL_LEDGER from b+1 (ordered consumer) ─▶ batches ─spawn_blocking─▶ decode_ahead ─▶ Tracker::apply ─▶ segment
 //! segment full (rows_per_file entries) or its oldest row older than max_delay, or caught up / stop:
 //!   1 manifests of the four ledger tables for [first, last]       (the boundary is fixed here)
-//!   2 encode every (table, tenant, event_date) file  (spawn_blocking, fixed writer properties)
+//!   2 encode every (table, tenant, event_date) file  (spawn_blocking; partitions on rayon's pool;
+//!     fixed writer properties)
 //!   3 create-only puts of the files (an equal existing object is a re-run; other bytes: Conflict)
 //!   4 the tracker's open invocations ─▶ _tracker/<last>.json (a restart cache, not data)
 //!   5 checkpoints signed for sizes ≤ last, in their own ATL_CHECKPOINTS range: manifest, then file
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use bytes::Bytes;
+use rayon::prelude::*;
 use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
 use toolledger_merkle::Checkpoint;
 use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
@@ -206,11 +208,11 @@ struct EncodedFile {
 }
 
 /// Groups rows by partition (sorted) and encodes one file per partition.
-fn encode_table<R>(
+fn encode_table<R: Sync>(
     table: Table,
     rows: &[R],
     partition: impl Fn(&R) -> &Partition,
-    to_batch: impl Fn(&[&R]) -> Result<arrow_array::RecordBatch>,
+    to_batch: impl Fn(&[&R]) -> Result<arrow_array::RecordBatch> + Sync,
     first: u64,
     last: u64,
     row_group_rows: usize,
@@ -219,21 +221,30 @@ fn encode_table<R>(
     for row in rows {
         groups.entry(partition(row)).or_default().push(row);
     }
-    let mut files = Vec::new();
-    let mut entries = Vec::new();
-    for (partition, rows) in groups {
-        let batch = to_batch(&rows)?;
-        let bytes = tables::encode(table, &batch, tables::writer_properties(row_group_rows))?;
-        let relative = format!("{}/{}", partition.folder(), part_name(first, last));
-        entries.push(ManifestFile {
-            path: relative.clone(),
-            rows: rows.len() as u64,
-        });
-        files.push(EncodedFile {
-            path: format!("{}/{relative}", table.name()),
-            bytes,
-        });
-    }
+    // Partitions are encoded independently (the same bytes whichever thread does it), on rayon's
+    // pool, one thread per core; the results keep the partitions' order.
+    let encoded: Vec<(ManifestFile, EncodedFile)> = groups
+        .into_iter()
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|(partition, rows)| {
+            let batch = to_batch(&rows)?;
+            let bytes = tables::encode(table, &batch, tables::writer_properties(row_group_rows))?;
+            let relative = format!("{}/{}", partition.folder(), part_name(first, last));
+            let file = EncodedFile {
+                path: format!("{}/{relative}", table.name()),
+                bytes,
+            };
+            Ok((
+                ManifestFile {
+                    path: relative,
+                    rows: rows.len() as u64,
+                },
+                file,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let (entries, files) = encoded.into_iter().unzip();
     Ok((Manifest::new(table, LEDGER, first, last, entries), files))
 }
 
