@@ -276,10 +276,11 @@ async fn learn_declarations(stages: &Stages, js: &jetstream::Context) -> Result<
     Ok(())
 }
 
-/// How ingest reaches NATS. Every session connects afresh, and the inbound deliveries come over a
+/// How ingest reaches NATS. Every session connects afresh, and each lane's deliveries come over a
 /// connection of their own: a message with a bare CR in a header panics the client's connection
-/// task (and invalid UTF-8 drops the connection), so only that connection dies, and it is replaced
-/// in milliseconds without ending the session (see [`Inbound`]).
+/// task (and invalid UTF-8 drops the connection), so only the sending tenant's connection dies, and
+/// it is replaced in milliseconds without ending the session or touching another lane (see
+/// [`LaneLink`]).
 #[derive(Debug, Clone)]
 pub struct Connector {
     /// The server URL.
@@ -334,19 +335,20 @@ struct Session {
 struct Front {
     js: jetstream::Context,
     stages: Arc<Stages>,
-    inbound: Inbound,
+    connector: Connector,
     advisories: jetstream::consumer::PullConsumer,
     /// ATL_INBOUND on the session's connection: its subjects name the tenants with messages.
     stream: jetstream::stream::Stream,
     lanes: Lanes,
-    /// Each lane's feeder ([`feed_lane`]), on a consumer opened on the inbound connection; replaced
-    /// (so aborted) with the connection.
+    /// Each lane's feeder ([`feed_lane`]), on a consumer opened on the lane's own connection, and
+    /// the generation it was started in; aborted (closing its connection) when the connection is
+    /// replaced or the lane closes.
     feeders: tokio::task::JoinSet<()>,
-    feeding: HashMap<LaneKey, tokio::task::AbortHandle>,
+    feeding: HashMap<LaneKey, (tokio::task::AbortHandle, u64)>,
     /// What the feeders fetched.
     fed: tokio::sync::mpsc::Receiver<Fetched>,
     feed: tokio::sync::mpsc::Sender<Fetched>,
-    /// Counts inbound connections, so a failure reported from a replaced one is not acted on.
+    /// Counts the feeders started, so a failure reported by a replaced one is not acted on.
     generation: u64,
     /// When the stream's subjects were last looked at for new tenants.
     discovered: Option<Instant>,
@@ -422,23 +424,23 @@ impl Beats {
     }
 }
 
-/// The inbound deliveries' own connection.
-struct Inbound {
-    connector: Connector,
-    /// ATL_INBOUND on this connection, where the lanes' consumers are opened.
+/// A lane's own connection, on which its consumer is opened: a header block the client cannot
+/// parse breaks this connection alone, so only its tenant's deliveries wait while it is replaced.
+struct LaneLink {
+    /// ATL_INBOUND on this connection.
     stream: jetstream::stream::Stream,
     /// Turns true when the connection drops.
     lost: tokio::sync::watch::Receiver<bool>,
 }
 
-impl Inbound {
-    async fn open(connector: &Connector) -> Result<Self> {
-        // A header block the client cannot parse drops this connection (or panics its task); the
-        // client would reconnect by itself, but the fetches out would wait out their expiry. The
-        // disconnect event ends them at once instead.
+impl LaneLink {
+    async fn open(connector: &Connector, lane: &LaneKey) -> Result<Self> {
+        // A header block the client cannot parse drops the connection (or panics its task); the
+        // client would reconnect by itself, but the pull out would wait out its expiry. The
+        // disconnect event ends it at once instead.
         let (dropped, lost) = tokio::sync::watch::channel(false);
         let (addrs, options) =
-            toolledger_wire::connect::options(&connector.url, &format!("{} inbound", connector.name))
+            toolledger_wire::connect::options(&connector.url, &format!("{} inbound {lane}", connector.name))
                 .map_err(|e| Error::stream("nats", "connecting", e))?;
         let dropped = Arc::new(dropped);
         let client = options
@@ -453,33 +455,24 @@ impl Inbound {
             .connect(addrs)
             .await
             .map_err(|e| Error::stream("nats", "connecting", e))?;
-        let js = jetstream::new(client);
-        let stream = js
+        let stream = jetstream::new(client)
             .get_stream(INBOUND)
             .await
             .map_err(|e| Error::stream(INBOUND, "opening", e))?;
-        Ok(Self {
-            connector: connector.clone(),
-            stream,
-            lost,
-        })
-    }
-
-    /// Whether the connection has dropped since it was opened.
-    fn dropped(&self) -> bool {
-        *self.lost.borrow()
+        Ok(Self { stream, lost })
     }
 }
 
 /// A lane's feeder: a continuous pull (up to `max` deliveries asked for at a time, topped up as
 /// they arrive, with heartbeats), forwarded to the front in chunks of what has arrived, so
 /// deliveries keep coming while the front classifies and the back appends (the consumer's
-/// `max_ack_pending` bounds what a lane holds). A pull that fails, or heartbeats that stop, mean
-/// the connection is gone (a header block broke the client, or the server went away): the feeder
-/// reports it and stops.
+/// `max_ack_pending` bounds what a lane holds). A pull that fails, heartbeats that stop, or the
+/// lane's connection dropping mean the connection is gone (a header block broke the client, or the
+/// server went away): the feeder reports it and stops, and its connection closes with it.
 async fn feed_lane(
     lane: LaneKey,
     consumer: jetstream::consumer::PullConsumer,
+    mut lost: tokio::sync::watch::Receiver<bool>,
     max: usize,
     wait: Duration,
     generation: u64,
@@ -500,7 +493,11 @@ async fn feed_lane(
     let why = match stream {
         Err(error) => ErrorChain(&error).to_string(),
         Ok(mut messages) => loop {
-            let first = match messages.next().await {
+            let next = tokio::select! {
+                next = messages.next() => next,
+                _ = lost.wait_for(|dropped| *dropped) => break "the connection dropped".to_owned(),
+            };
+            let first = match next {
                 Some(Ok(message)) => message,
                 Some(Err(error)) => break ErrorChain(&error).to_string(),
                 None => break "the pull ended".to_owned(),
@@ -590,7 +587,7 @@ impl Session {
             front: Front {
                 js: js.clone(),
                 stages: Arc::clone(stages),
-                inbound: Inbound::open(connector).await?,
+                connector: connector.clone(),
                 advisories,
                 stream: stream.clone(),
                 lanes: Lanes::new(),
@@ -685,10 +682,6 @@ impl Front {
             if *stop.borrow() {
                 return Ok(());
             }
-            if self.inbound.dropped() {
-                tracing::warn!("inbound connection dropped; reconnecting");
-                self.reconnect().await?;
-            }
             // New tenants and exhausted messages are looked for a few times a second, not on every
             // delivery (each look is a request).
             if self.discovered.is_none_or(|at| at.elapsed() >= DISCOVER_EVERY) {
@@ -704,10 +697,8 @@ impl Front {
             if !self.lanes.work_in_hand() && late.is_empty() {
                 // Waiting for deliveries is not a stall.
                 Beats::idle(&shared.beats.front);
-                let mut lost = self.inbound.lost.clone();
                 let woke: Woke<()> = tokio::select! {
                     fed = self.fed.recv() => Woke::Fed(fed),
-                    _ = lost.wait_for(|dropped| *dropped) => Woke::Other,
                     () = tokio::time::sleep(DISCOVER_EVERY) => Woke::Other,
                     _ = stop.changed() => Woke::Other,
                 };
@@ -792,7 +783,7 @@ impl Front {
         }
     }
 
-    /// Takes in a lane's fetch; a failed one means the connection is gone.
+    /// Takes in a lane's fetch; a failed one means the lane's connection is gone.
     async fn take_in(&mut self, fetched: Fetched, late: &mut Vec<Item>) -> Result<()> {
         let Fetched {
             lane,
@@ -802,10 +793,21 @@ impl Front {
         let messages = match outcome {
             Ok(messages) => messages,
             // Already replaced.
-            Err(_) if generation != self.generation => return Ok(()),
+            Err(_)
+                if self
+                    .feeding
+                    .get(&lane)
+                    .is_none_or(|(_, current)| *current != generation) =>
+            {
+                return Ok(());
+            }
             Err(why) => {
-                tracing::warn!(lane = %lane, error = why, "inbound fetch failed; reconnecting");
-                return self.reconnect().await;
+                tracing::warn!(lane = %lane, error = why, "a lane's inbound connection failed; reconnecting it");
+                // The next round opens the lane again on a new connection (see `arm`).
+                if let Some((feeder, _)) = self.feeding.remove(&lane) {
+                    feeder.abort();
+                }
+                return Ok(());
             }
         };
         for mut message in messages {
@@ -824,27 +826,6 @@ impl Front {
         if let Some(lane) = self.lanes.lanes.get_mut(&lane) {
             lane.advance();
         }
-        Ok(())
-    }
-
-    /// Replaces the inbound connection: the feeders stop, and every lane's consumer is opened again
-    /// on the new one (and what it had out is read raw, see [`Front::arm`]). Deliveries already
-    /// fetched stay good: acks go out on the session's connection.
-    async fn reconnect(&mut self) -> Result<()> {
-        let inbound = Inbound::open(&self.inbound.connector).await?;
-        // The lanes' positions are ATL_INBOUND sequences: a stream made again meanwhile starts over
-        // from 1, and only a new session (new lanes) may read it.
-        if inbound.stream.cached_info().created != self.inbound.stream.cached_info().created {
-            return Err(Error::stream(
-                INBOUND,
-                "reconnecting",
-                "the stream was made again while ingest read it; starting over",
-            ));
-        }
-        self.inbound = inbound;
-        self.generation += 1;
-        self.feeders = tokio::task::JoinSet::new();
-        self.feeding.clear();
         Ok(())
     }
 
@@ -867,7 +848,7 @@ impl Front {
         let feeding = &mut self.feeding;
         self.lanes.lanes.retain(|key, lane| {
             let idle = lane.held() == 0 && !lane.needs_fill() && lane.last_delivery.elapsed() >= LANE_IDLE;
-            if idle && let Some(feeder) = feeding.remove(key) {
+            if idle && let Some((feeder, _)) = feeding.remove(key) {
                 feeder.abort();
             }
             !idle
@@ -876,9 +857,10 @@ impl Front {
         Ok(())
     }
 
-    /// Starts a feeder for every lane that has none (a new lane, or every lane after the inbound
-    /// connection was replaced), on its consumer opened afresh; a lane that has not followed every
-    /// delivery the consumer made is read raw for them (see [`Lane::opened`]).
+    /// Starts a feeder for every lane that has none (a new lane, or a lane whose connection failed),
+    /// on a new connection of the lane's own and its consumer opened afresh there; a lane that has
+    /// not followed every delivery the consumer made is read raw for them (see [`Lane::opened`]).
+    /// Deliveries already in hand stay good: acks go out on the session's connection.
     async fn arm(&mut self, settings: &IngestSettings) -> Result<()> {
         let wanted: Vec<LaneKey> = self
             .lanes
@@ -888,7 +870,17 @@ impl Front {
             .cloned()
             .collect();
         for key in wanted {
-            let consumer = self.open_consumer(&key, settings).await?;
+            let link = LaneLink::open(&self.connector, &key).await?;
+            // The lanes' positions are ATL_INBOUND sequences: a stream made again meanwhile starts
+            // over from 1, and only a new session (new lanes) may read it.
+            if link.stream.cached_info().created != self.stream.cached_info().created {
+                return Err(Error::stream(
+                    INBOUND,
+                    "opening a lane",
+                    "the stream was made again while ingest read it; starting over",
+                ));
+            }
+            let consumer = open_consumer(&link.stream, &key, settings).await?;
             let info = consumer.cached_info();
             if let Some(lane) = self.lanes.lanes.get_mut(&key) {
                 lane.opened(
@@ -896,43 +888,19 @@ impl Front {
                     info.delivered.consumer_sequence,
                 );
             }
+            self.generation += 1;
             let feeder = self.feeders.spawn(feed_lane(
                 key.clone(),
                 consumer,
+                link.lost,
                 settings.batch_size,
                 settings.fetch_wait,
                 self.generation,
                 self.feed.clone(),
             ));
-            self.feeding.insert(key, feeder);
+            self.feeding.insert(key, (feeder, self.generation));
         }
         Ok(())
-    }
-
-    async fn open_consumer(
-        &self,
-        key: &LaneKey,
-        settings: &IngestSettings,
-    ) -> Result<jetstream::consumer::PullConsumer> {
-        let name = key.consumer_name(&settings.consumer);
-        self.inbound
-            .stream
-            .get_or_create_consumer(
-                &name,
-                pull::Config {
-                    durable_name: Some(name.clone()),
-                    filter_subject: key.filter(),
-                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                    ack_wait: settings.ack_wait,
-                    max_deliver: settings.max_deliver,
-                    // Bounded in flight: the batches in the pipeline and the lane's hold.
-                    max_ack_pending: i64::try_from(settings.batch_size * 4).unwrap_or(4096),
-                    inactive_threshold: CONSUMER_INACTIVE,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| Error::stream(INBOUND, format!("opening consumer {name}"), e))
     }
 
     /// Reads raw every lane whose messages in hand wait for ones whose deliveries did not come (at
@@ -977,6 +945,32 @@ impl Front {
             lane.progressed = Instant::now();
         }
     }
+}
+
+/// Opens (or makes) a lane's consumer on `stream`.
+async fn open_consumer(
+    stream: &jetstream::stream::Stream,
+    key: &LaneKey,
+    settings: &IngestSettings,
+) -> Result<jetstream::consumer::PullConsumer> {
+    let name = key.consumer_name(&settings.consumer);
+    stream
+        .get_or_create_consumer(
+            &name,
+            pull::Config {
+                durable_name: Some(name.clone()),
+                filter_subject: key.filter(),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: settings.ack_wait,
+                max_deliver: settings.max_deliver,
+                // Bounded in flight: the batches in the pipeline and the lane's hold.
+                max_ack_pending: i64::try_from(settings.batch_size * 4).unwrap_or(4096),
+                inactive_threshold: CONSUMER_INACTIVE,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| Error::stream(INBOUND, format!("opening consumer {name}"), e))
 }
 
 impl Back {

@@ -531,14 +531,37 @@ async fn poison_headers_end_in_quarantine_and_ingest_recovers() {
     ingest.stop().await;
 }
 
+/// A server with its monitoring endpoint on a free loopback port (to list connections).
+fn monitored_nats() -> (NatsFixture, std::net::SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let monitor = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config = dir.path().join("nats.conf");
+    std::fs::write(&config, format!("http: \"{monitor}\"\n")).unwrap();
+    (NatsFixture::start_with_config(Some(config)), monitor, dir)
+}
+
+/// How many of the server's connections in `state` (`open`, `closed`) are named `name`.
+fn connections_named(monitor: std::net::SocketAddr, state: &str, name: &str) -> usize {
+    let response =
+        toolledger_testkit::http_get(monitor, &format!("/connz?state={state}&limit=100000")).unwrap();
+    let connz: Value = serde_json::from_str(&response.body).unwrap();
+    connz["connections"]
+        .as_array()
+        .map_or(0, |all| all.iter().filter(|c| c["name"] == name).count())
+}
+
 /// One tenant's producer sends header blocks the client cannot read while another tenant publishes:
 /// each poison message is quarantined as it is met, read raw, without waiting for a redelivery (the
 /// ack wait here is a minute, longer than the test may take), and the other tenant's events keep
-/// landing. The ledger keeps each tenant's inbound order (docs/ingest.md), nothing is lost or
+/// landing. Only the poisoned tenant's connection is broken and replaced: the other tenant's stays
+/// up throughout. The ledger keeps each tenant's inbound order (docs/ingest.md), nothing is lost or
 /// duplicated, and ATL_INBOUND ends empty.
 #[tokio::test]
 async fn poison_from_one_tenant_is_quarantined_at_once_and_holds_no_tenant_up() {
-    let nats = NatsFixture::start();
+    let (nats, monitor, _config) = monitored_nats();
     let js = jetstream::new(nats.client().await);
     contract_streams(&js).await;
     let dir = tempfile::tempdir().unwrap();
@@ -595,6 +618,16 @@ async fn poison_from_one_tenant_is_quarantined_at_once_and_holds_no_tenant_up() 
             "{tenant}: every event once, in its inbound order"
         );
     }
+    // Lanes have their own connections: the poison broke acme's (each one it arrived on), never
+    // globex's.
+    let (acme_lane, globex_lane) = ("ingest-test inbound acme", "ingest-test inbound globex");
+    assert_eq!(connections_named(monitor, "open", globex_lane), 1);
+    assert_eq!(
+        connections_named(monitor, "closed", globex_lane),
+        0,
+        "the other tenant's connection was never replaced"
+    );
+    assert!(connections_named(monitor, "closed", acme_lane) >= 1);
     ingest.stop().await;
 }
 
