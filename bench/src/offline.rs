@@ -309,12 +309,17 @@ pub async fn export(options: &Options) -> anyhow::Result<Section> {
     // The baseline's rows, extracted once outside the timing.
     let mut tracker = Tracker::default();
     let mut rows = StageRows::default();
+    // Export closes a range every `rows_per_file` entries (and at the end), with a version of each
+    // invocation the range changed.
+    let per_range = usize::try_from(toolledger_export::exporter::DEFAULT_ROWS_PER_FILE)?;
     for (i, entry) in ledger.entries.iter().enumerate() {
         let out = tracker.apply(i as u64 + 1, &entry.bytes, true);
         rows.events.extend(out.event);
-        rows.invocations.extend(out.invocation);
         rows.decisions.extend(out.decision);
         rows.results.extend(out.result);
+        if (i + 1) % per_range == 0 || i + 1 == ledger.len() {
+            rows.invocations.extend(tracker.take_rows());
+        }
     }
     anyhow::ensure!(
         rows.events.len() == ledger.len(),

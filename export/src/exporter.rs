@@ -7,11 +7,12 @@
 //!       ─▶ local archive: remove staging files (`<object>#<n>`) that kill -9 left beside objects
 //! follow ATL_LEDGER from b+1 (ordered consumer) ─▶ batches ─spawn_blocking─▶ decode_ahead ─▶ Tracker::apply ─▶ segment
 //! segment full (rows_per_file entries) or its oldest row older than max_delay, or caught up / stop:
+//!   0 the range's `invocations` rows: a version of every invocation it changed (Tracker::take_rows)
 //!   1 manifests of the four ledger tables for [first, last]       (the boundary is fixed here)
 //!   2 encode every (table, tenant, event_date) file  (spawn_blocking; partitions on rayon's pool;
 //!     fixed writer properties)
 //!   3 create-only puts of the files (an equal existing object is a re-run; other bytes: Conflict)
-//!   4 the tracker's open invocations ─▶ _tracker/<last>.json (a restart cache, not data)
+//!   4 the tracker's invocations ─▶ _tracker/<last>.json (a restart cache, not data)
 //!   5 checkpoints signed for sizes ≤ last, in their own ATL_CHECKPOINTS range: manifest, then file
 //! ```
 //!
@@ -57,6 +58,9 @@ pub struct Progress {
 /// A progress callback.
 pub type ProgressFn = Arc<dyn Fn(Progress) + Send + Sync>;
 
+/// Entries per range unless configured otherwise.
+pub const DEFAULT_ROWS_PER_FILE: u64 = 250_000;
+
 /// How the exporter runs.
 #[derive(Clone)]
 pub struct Options {
@@ -83,7 +87,7 @@ impl Options {
     pub fn new(archive: Archive) -> Self {
         Self {
             archive,
-            rows_per_file: 250_000,
+            rows_per_file: DEFAULT_ROWS_PER_FILE,
             max_delay: Duration::from_secs(60),
             row_group_rows: 50_000,
             until_caught_up: false,
@@ -155,7 +159,6 @@ async fn apply_batch(
                     }
                     segment.last = *seq;
                     segment.events.extend(out.event);
-                    segment.invocations.extend(out.invocation);
                     segment.decisions.extend(out.decision);
                     segment.results.extend(out.result);
                 }
@@ -490,9 +493,10 @@ pub async fn run(
         );
         let (stored, at) = load_tracker(&options, newest.first_seq - 1).await?;
         (tracker, _) = read_range(&js, &stream, at + 1, newest.first_seq - 1, stored, false).await?;
-        let segment;
+        let mut segment;
         (tracker, segment) =
             read_range(&js, &stream, newest.first_seq, newest.last_seq, tracker, true).await?;
+        segment.invocations = tracker.take_rows();
         let (files, bytes) = write_segment(&options, segment).await?;
         tracker = save_tracker(&options, tracker, newest.last_seq).await?;
         summary.position = newest.last_seq;
@@ -530,6 +534,7 @@ pub async fn run(
         if due {
             let last = segment.last;
             let entries = segment.entries();
+            segment.invocations = tracker.take_rows();
             let (files, bytes) = write_segment(&options, std::mem::take(&mut segment)).await?;
             tracker = save_tracker(&options, tracker, last).await?;
             summary.position = last;

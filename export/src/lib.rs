@@ -14,8 +14,9 @@
 //!
 //! Modules:
 //! - [`exporter`]: the service ([`run`]): recovery from manifests, following, rotation, puts.
-//! - [`rows`]: one entry ─▶ its `events` row, decision and result rows, and an `invocations` row when
-//!   the invocation becomes terminal, read from [`toolledger_schemas::fold`] (the projector's too).
+//! - [`rows`]: one entry ─▶ its `events` row, decision and result rows; a range ─▶ a version of each
+//!   invocation it changed (`invocations`), read from [`toolledger_schemas::fold`] (the projector's
+//!   too).
 //! - [`tables`]: the versioned Arrow schemas ([`tables::SCHEMA_VERSION`], `docs/parquet.md`), batches
 //!   and the deterministic Parquet encoding.
 //! - [`manifest`]: manifests, their names and the recovered position.

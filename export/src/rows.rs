@@ -1,12 +1,13 @@
 //! From ledger entries to table rows: one [`EventRow`] per entry, a [`DecisionRow`] per permission
-//! decision, a [`ResultRow`] per result record, and an [`InvocationRow`] when an invocation becomes
-//! terminal ([`Tracker`], which keeps each open invocation's [`InvocationFold`] — the one invocation
-//! fold the projector's SQLite rows come from too — and its [`InvocationLog`]).
+//! decision, a [`ResultRow`] per result record, and an [`InvocationRow`] for every invocation a
+//! range of entries changed, as it stands at the range's end ([`Tracker`], which keeps each
+//! invocation's [`InvocationFold`] — the one invocation fold the projector's SQLite rows come from
+//! too — and its [`InvocationLog`]).
 //!
 //! Everything here is a pure function of the entries in ledger order, so the same sequence range
 //! (with the same tracker state before it) gives the same rows on every run.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value};
 use toolledger_schemas::fold::{FoldEntry, InputStage, InvocationFold, InvocationLog};
@@ -91,11 +92,12 @@ pub struct EventRow {
     pub problem: Option<String>,
 }
 
-/// One invocation, written once when it becomes terminal: what its [`InvocationFold`] and
-/// [`InvocationLog`] say at the entry that made it terminal.
+/// One version of an invocation: what its [`InvocationFold`] and [`InvocationLog`] say after `seq`,
+/// the last entry of a range that changed it. The latest version (the greatest `seq`) is the
+/// invocation as the SQLite projection holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InvocationRow {
-    /// Tenant and the date of the terminal event.
+    /// Tenant and the date of the event at `seq`.
     pub partition: Partition,
     /// The invocation id.
     pub invocation_id: String,
@@ -105,7 +107,7 @@ pub struct InvocationRow {
     pub tool_id: Option<String>,
     /// Its surface.
     pub surface_id: Option<String>,
-    /// The terminal state.
+    /// Its state after `seq`.
     pub state: String,
     /// The producer's native call id.
     pub native_call_id: Option<String>,
@@ -124,12 +126,12 @@ pub struct InvocationRow {
     pub permission_behavior: Option<String>,
     /// Permission decisions seen.
     pub decision_count: u64,
-    /// Events of the invocation up to and including the terminal one.
+    /// Events of the invocation up to and including `seq`.
     pub event_count: u64,
     /// The invocation's first entry.
     pub first_seq: u64,
-    /// The entry that made it terminal.
-    pub terminal_seq: u64,
+    /// The entry that made it terminal, once it is.
+    pub terminal_seq: Option<u64>,
     /// Time of its first event (µs).
     pub first_event_time_us: Option<i64>,
     /// Time of the terminal event (µs).
@@ -159,6 +161,8 @@ pub struct InvocationRow {
     pub transitions: String,
     /// Every anomaly of the invocation's entries, JSON array of `{seq, kind, …details}`.
     pub anomalies: String,
+    /// The entry this version is the invocation after: the last of its range that changed it.
+    pub seq: u64,
 }
 
 /// One `tool.permission.decided` entry.
@@ -239,31 +243,67 @@ pub struct ResultRow {
 pub struct EntryRows {
     /// Its `events` row.
     pub event: Option<EventRow>,
-    /// Its invocation row, when it made an invocation terminal.
-    pub invocation: Option<InvocationRow>,
     /// Its decision row.
     pub decision: Option<DecisionRow>,
     /// Its result row.
     pub result: Option<ResultRow>,
 }
 
-/// An invocation not yet terminal: its fold, and the transitions and anomalies its row will list.
+/// An invocation the tracker holds: its fold, the transitions and anomalies its row lists, and
+/// when it ended.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OpenInvocation {
     fold: InvocationFold,
     log: InvocationLog,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ended: Option<Ended>,
 }
 
-/// The invocations not yet terminal, keyed by (tenant, invocation id), each an [`InvocationFold`]
-/// with its [`InvocationLog`]. A terminal invocation is written and forgotten: events after its
-/// terminal state are kept in `events` and start a new fold under the same key, which, never
-/// planned, never becomes terminal and writes no row — unless a second `tool.invocation.planned`
-/// arrives (`docs/parquet.md`). Those folds stay open for good: the tracker grows with every
-/// invocation that has events after its terminal state (a result after `succeeded`, say).
+/// The entry that made an invocation terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Ended {
+    seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    time_us: Option<i64>,
+    /// The ledger's time when it ended (µs): the greatest `ingested_at` seen by then, so a clock
+    /// stepping back does not move it. Ended invocations are let go by ledger time.
+    at_us: i64,
+}
+
+/// The last entry of the open range that changed an invocation.
+#[derive(Debug, Clone)]
+struct Change {
+    seq: u64,
+    partition: Partition,
+}
+
+/// Ended invocations are kept (events after the terminal one still change their row) for this much
+/// ledger time after they ended…
+pub const KEEP_ENDED_FOR_US: i64 = 7 * 24 * 3600 * 1_000_000;
+/// …and at most this many of them, the longest ended let go first.
+pub const KEEP_ENDED: usize = 100_000;
+
+/// The invocations, keyed by (tenant, invocation id), each an [`InvocationFold`] with its
+/// [`InvocationLog`], and which of them the open range changed. Every range writes one row per
+/// invocation it changed ([`Tracker::take_rows`]), so the newest row of an invocation follows every
+/// change, events after its terminal state included. Open invocations are held until they end;
+/// ended ones for [`KEEP_ENDED_FOR_US`] of ledger time (the greatest `ingested_at` seen), and at
+/// most [`KEEP_ENDED`] of them. An event for an invocation let go starts a new fold under the same
+/// key, as an event for an unknown invocation does (`docs/parquet.md`). Both rules depend on the
+/// ledger alone, so a range redone from a snapshot gives the same rows.
 #[derive(Debug, Default)]
 pub struct Tracker {
     open: HashMap<(String, String), OpenInvocation>,
+    /// Ended invocations by the entry that ended them, the oldest first.
+    ended: BTreeMap<u64, (String, String)>,
+    /// The greatest `ingested_at` seen (µs).
+    latest_us: i64,
+    /// Invocations the open range changed (rows only).
+    changed: HashMap<(String, String), Change>,
+    /// Rows of changed invocations let go before the range closed.
+    let_go: Vec<InvocationRow>,
     config: StateConfig,
 }
 
@@ -303,14 +343,17 @@ fn json_text(value: Option<&Value>) -> Option<String> {
 #[serde(deny_unknown_fields)]
 struct TrackerSnapshot {
     fold: u32,
+    latest_us: i64,
     open: Vec<(String, String, OpenInvocation)>,
 }
 
-/// The version of [`TrackerSnapshot`]'s shape.
-const SNAPSHOT_FOLD: u32 = 1;
+/// The version of [`TrackerSnapshot`]'s shape: 2 holds ended invocations too (a version-1
+/// snapshot lacks them, so it is skipped and the ledger replayed).
+const SNAPSHOT_FOLD: u32 = 2;
 
 impl Tracker {
-    /// The open invocations as JSON bytes (a cache that spares a restart the replay of the ledger).
+    /// The invocations held as JSON bytes (a cache that spares a restart the replay of the ledger).
+    /// Taken between ranges: what the open range changed is not in it.
     pub fn snapshot(&self) -> Vec<u8> {
         let mut open: Vec<(String, String, OpenInvocation)> = self
             .open
@@ -320,6 +363,7 @@ impl Tracker {
         open.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         serde_json::to_vec(&TrackerSnapshot {
             fold: SNAPSHOT_FOLD,
+            latest_us: self.latest_us,
             open,
         })
         .unwrap_or_default()
@@ -331,19 +375,73 @@ impl Tracker {
         if snapshot.fold != SNAPSHOT_FOLD {
             return None;
         }
+        let mut ended = BTreeMap::new();
+        let open = snapshot
+            .open
+            .into_iter()
+            .map(|(tenant, id, open)| {
+                if let Some(end) = open.ended {
+                    ended.insert(end.seq, (tenant.clone(), id.clone()));
+                }
+                ((tenant, id), open)
+            })
+            .collect();
         Some(Tracker {
-            open: snapshot
-                .open
-                .into_iter()
-                .map(|(tenant, id, open)| ((tenant, id), open))
-                .collect(),
-            config: StateConfig::default(),
+            open,
+            ended,
+            latest_us: snapshot.latest_us,
+            ..Tracker::default()
         })
     }
 
-    /// Invocations currently open.
+    /// Invocations held, open and ended.
     pub fn open_invocations(&self) -> usize {
         self.open.len()
+    }
+
+    /// One row for every invocation changed since the last call (in the order of the entries that
+    /// last changed them): the open range's `invocations` rows.
+    pub fn take_rows(&mut self) -> Vec<InvocationRow> {
+        let mut rows = std::mem::take(&mut self.let_go);
+        for (key, change) in self.changed.drain() {
+            if let Some(open) = self.open.get(&key) {
+                rows.push(invocation_row(key.1, change, open));
+            }
+        }
+        rows.sort_by(|a, b| {
+            (a.seq, &a.partition.tenant, &a.invocation_id).cmp(&(
+                b.seq,
+                &b.partition.tenant,
+                &b.invocation_id,
+            ))
+        });
+        rows
+    }
+
+    /// Lets go of ended invocations past [`KEEP_ENDED_FOR_US`] or beyond [`KEEP_ENDED`] (before each
+    /// invocation entry applies); a changed one leaves its row behind for the range.
+    fn let_go_of_ended(&mut self) {
+        while let Some((_, key)) = self.ended.first_key_value() {
+            let Some(open) = self.open.get(key) else {
+                self.ended.pop_first();
+                continue;
+            };
+            let expired = open
+                .ended
+                .is_some_and(|end| self.latest_us.saturating_sub(end.at_us) > KEEP_ENDED_FOR_US);
+            if !expired && self.ended.len() <= KEEP_ENDED {
+                return;
+            }
+            let Some((_, key)) = self.ended.pop_first() else {
+                return;
+            };
+            let Some(open) = self.open.remove(&key) else {
+                continue;
+            };
+            if let Some(change) = self.changed.remove(&key) {
+                self.let_go.push(invocation_row(key.1, change, &open));
+            }
+        }
     }
 
     /// The rows of the entry at `seq`. With `rows = false` only the tracker moves (replaying the
@@ -510,6 +608,9 @@ impl Tracker {
         let Some(invocation_id) = invocation_id else {
             return out;
         };
+        self.latest_us = self.latest_us.max(ledger.ingested_at.timestamp_micros());
+        // Before the entry applies: an entry past an ended invocation's hold finds it let go.
+        self.let_go_of_ended();
         let key = (tenant, invocation_id);
         let open = self.open.entry(key.clone()).or_default();
         let was_terminal = open.fold.is_terminal();
@@ -525,27 +626,24 @@ impl Tracker {
             &self.config,
         );
         open.log.record(&applied);
-        if was_terminal || !open.fold.is_terminal() {
-            return out;
+        if !was_terminal && open.fold.is_terminal() {
+            open.ended = Some(Ended {
+                seq,
+                time_us,
+                at_us: self.latest_us,
+            });
+            self.ended.insert(seq, key.clone());
         }
-        let Some(open) = self.open.remove(&key) else {
-            return out;
-        };
         if rows {
-            out.invocation = Some(invocation_row(partition, key.1, seq, time_us, &open));
+            self.changed.insert(key, Change { seq, partition });
         }
         out
     }
 }
 
-/// The terminal invocation's row, read from its fold and log.
-fn invocation_row(
-    partition: Partition,
-    invocation_id: String,
-    seq: u64,
-    time_us: Option<i64>,
-    open: &OpenInvocation,
-) -> InvocationRow {
+/// The invocation's row as it stands after `change`, read from its fold and log.
+fn invocation_row(invocation_id: String, change: Change, open: &OpenInvocation) -> InvocationRow {
+    let Change { seq, partition } = change;
     let fold = &open.fold;
     let snapshot = fold.snapshot();
     let error = fold.error();
@@ -571,9 +669,9 @@ fn invocation_row(
         decision_count: fold.decision_count(),
         event_count: fold.event_count(),
         first_seq: fold.first_seq().unwrap_or(seq),
-        terminal_seq: seq,
+        terminal_seq: open.ended.map(|end| end.seq),
         first_event_time_us: micros(fold.first_time()),
-        terminal_event_time_us: time_us,
+        terminal_event_time_us: open.ended.and_then(|end| end.time_us),
         created_at_us: parse(snapshot.map(|s| s.created_at.as_str())),
         started_at_us: started,
         ended_at_us: ended,
@@ -589,6 +687,7 @@ fn invocation_row(
         input_mutations: json_array(fold.mutations()),
         transitions: json_array(&open.log.transitions),
         anomalies: json_array(&open.log.anomalies),
+        seq,
     }
 }
 

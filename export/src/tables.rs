@@ -20,9 +20,11 @@ use crate::rows::{DecisionRow, EventRow, InvocationRow, ResultRow};
 use crate::{Error, Result};
 
 /// The archive's schema version, written into every file's key-value metadata and every manifest.
-/// Bumped when columns are added; columns are never removed or retyped. 2: `invocations` gained the
-/// invocation fold's error source, result id, four inputs, mutations, transitions and anomalies.
-pub const SCHEMA_VERSION: u32 = 2;
+/// Bumped when columns are added; columns are never removed or retyped (a required one may become
+/// optional). 2: `invocations` gained the invocation fold's error source, result id, four inputs,
+/// mutations, transitions and anomalies. 3: `invocations` holds a version of an invocation per range
+/// that changed it (`seq`, added), so `terminal_seq` is null while it is open.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The metadata key holding [`SCHEMA_VERSION`].
 pub const SCHEMA_VERSION_KEY: &str = "toolledger.schema_version";
@@ -32,7 +34,7 @@ pub const SCHEMA_VERSION_KEY: &str = "toolledger.schema_version";
 pub enum Table {
     /// One row per ledger entry.
     Events,
-    /// One row per invocation, when it became terminal.
+    /// A version of each invocation per range that changed it.
     Invocations,
     /// One row per permission decision.
     PermissionDecisions,
@@ -118,7 +120,8 @@ impl Table {
                 req("decision_count", DataType::UInt64),
                 req("event_count", DataType::UInt64),
                 req("first_seq", DataType::UInt64),
-                req("terminal_seq", DataType::UInt64),
+                // Schema 3: null while the invocation is open (required before).
+                Field::new("terminal_seq", DataType::UInt64, true),
                 ts("first_event_time"),
                 ts("terminal_event_time"),
                 ts("created_at"),
@@ -140,6 +143,8 @@ impl Table {
                 req("input_mutations", DataType::Utf8),
                 req("transitions", DataType::Utf8),
                 req("anomalies", DataType::Utf8),
+                // Schema 3.
+                req("seq", DataType::UInt64),
             ],
             Table::PermissionDecisions => vec![
                 req("seq", DataType::UInt64),
@@ -287,7 +292,7 @@ pub fn invocations_batch(rows: &[&InvocationRow]) -> Result<RecordBatch> {
             u64s(rows, |r| Some(r.decision_count)),
             u64s(rows, |r| Some(r.event_count)),
             u64s(rows, |r| Some(r.first_seq)),
-            u64s(rows, |r| Some(r.terminal_seq)),
+            u64s(rows, |r| r.terminal_seq),
             times(rows, |r| r.first_event_time_us),
             times(rows, |r| r.terminal_event_time_us),
             times(rows, |r| r.created_at_us),
@@ -308,6 +313,7 @@ pub fn invocations_batch(rows: &[&InvocationRow]) -> Result<RecordBatch> {
             utf8(rows, |r| Some(&r.input_mutations)),
             utf8(rows, |r| Some(&r.transitions)),
             utf8(rows, |r| Some(&r.anomalies)),
+            u64s(rows, |r| Some(r.seq)),
         ],
     )
 }

@@ -84,6 +84,8 @@ async fn suite(nats: &NatsFixture, archive: Archive, local_copy: Option<&Path>) 
             "denial_rate_per_tool",
             "p95_latency_ms_per_tool",
             "permission_behaviors",
+            // Every invocation's latest version: its state, events, decisions and result.
+            "latest",
         ] {
             assert_eq!(read[reader][key], sqlite_truth[key], "{reader}: {key}");
         }
@@ -93,6 +95,10 @@ async fn suite(nats: &NatsFixture, archive: Archive, local_copy: Option<&Path>) 
             "{reader}"
         );
     }
+    assert!(
+        read["pyarrow"]["changed_after_terminal"].as_u64().unwrap() > 0,
+        "events after a terminal state reached the invocations' latest versions"
+    );
     // Against the generator's own script: every invocation it ended, with its final state and tool.
     let mut expected: Vec<Value> = generated
         .truth

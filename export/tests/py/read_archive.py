@@ -24,8 +24,10 @@ def p95(values):
     return round(values[max(0, math.ceil(0.95 * len(values)) - 1)], 3)
 
 
-def aggregates(events, invocations, decisions, results, checkpoints):
-    """events: [(tenant, date)], invocations: [(tool, state, duration_ms|None)], decisions: [behavior]"""
+def aggregates(events, invocations, decisions, results, checkpoints, latest):
+    """events: [(tenant, date)], invocations: [(tool, state, duration_ms|None)] of terminal ones,
+    decisions: [behavior], latest: [[tenant, invocation_id, state, event_count, decision_count, result_id]]
+    of every invocation"""
     out = {
         "events": len(events),
         "invocations": len(invocations),
@@ -55,6 +57,7 @@ def aggregates(events, invocations, decisions, results, checkpoints):
     for behavior in decisions:
         behaviors[behavior] = behaviors.get(behavior, 0) + 1
     out["permission_behaviors"] = behaviors
+    out["latest"] = sorted(latest)
     return out
 
 
@@ -67,14 +70,25 @@ def with_duckdb():
     q = lambda sql: con.execute(sql).fetchall()
     read = lambda t: f"read_parquet('{glob(t)}', hive_partitioning = true)"
     events = [(t, str(d)) for t, d in q(f"SELECT tenant, event_date FROM {read('events')}")]
-    invocations = q(f"SELECT tool_id, state, duration_ms FROM {read('invocations')}")
+    # The archive's documented "latest version per invocation" view (docs/parquet.md).
+    con.execute(
+        f"""CREATE VIEW invocations_latest AS SELECT * FROM {read('invocations')}
+            QUALIFY row_number() OVER (PARTITION BY tenant, invocation_id ORDER BY seq DESC) = 1"""
+    )
+    invocations = q("SELECT tool_id, state, duration_ms FROM invocations_latest WHERE terminal_seq IS NOT NULL")
+    latest = [
+        list(row)
+        for row in q(
+            "SELECT tenant, invocation_id, state, event_count, decision_count, result_id FROM invocations_latest"
+        )
+    ]
     decisions = [b for (b,) in q(f"SELECT behavior FROM {read('permission_decisions')}")]
     results = q(f"SELECT count(*) FROM {read('results')}")[0][0]
     checkpoints = q(f"SELECT count(*) FROM read_parquet('{os.path.join(archive, 'checkpoints', '*.parquet')}')")[0][0]
     # Every row of the events table carries its canonical entry and leaf hash.
     nulls = q(f"SELECT count(*) FROM {read('events')} WHERE entry IS NULL OR length(leaf_hash) <> 64")[0][0]
     assert nulls == 0, nulls
-    return aggregates(events, invocations, decisions, results, checkpoints)
+    return aggregates(events, invocations, decisions, results, checkpoints, latest)
 
 
 def with_pyarrow():
@@ -87,14 +101,29 @@ def with_pyarrow():
     e = table("events", ["tenant", "event_date", "seq"])
     events = [(str(t), str(d)) for t, d in zip(e["tenant"], e["event_date"])]
     assert len(set(e["seq"])) == len(e["seq"]), "a seq appears twice"
-    i = table("invocations", ["tenant", "invocation_id", "tool_id", "state", "duration_ms"])
-    invocations = list(zip(i["tool_id"], i["state"], i["duration_ms"]))
+    columns = ["tenant", "invocation_id", "seq", "tool_id", "state", "duration_ms", "terminal_seq",
+               "event_count", "decision_count", "result_id"]
+    versions = table("invocations", columns)
+    newest = {}
+    for n, key in enumerate(zip(versions["tenant"], versions["invocation_id"])):
+        if key not in newest or versions["seq"][newest[key]] < versions["seq"][n]:
+            newest[key] = n
+    i = {c: [versions[c][n] for n in newest.values()] for c in columns}
+    ended = [n for n, end in enumerate(i["terminal_seq"]) if end is not None]
+    invocations = [(i["tool_id"][n], i["state"][n], i["duration_ms"][n]) for n in ended]
+    latest = [
+        [str(i["tenant"][n]), i["invocation_id"][n], i["state"][n], i["event_count"][n], i["decision_count"][n],
+         i["result_id"][n]]
+        for n in range(len(i["seq"]))
+    ]
     decisions = table("permission_decisions", ["behavior"])["behavior"]
     results = len(table("results", ["seq"])["seq"])
     checkpoints = len(table("checkpoints", ["checkpoint_seq"], partitioned=False)["checkpoint_seq"])
-    out = aggregates(events, invocations, decisions, results, checkpoints)
+    out = aggregates(events, invocations, decisions, results, checkpoints, latest)
+    # Invocations whose latest version came after the entry that ended them.
+    out["changed_after_terminal"] = sum(1 for n in ended if i["seq"][n] > i["terminal_seq"][n])
     out["invocation_states"] = [
-        [str(t), n, s, tool] for t, n, s, tool in zip(i["tenant"], i["invocation_id"], i["state"], i["tool_id"])
+        [str(i["tenant"][n]), i["invocation_id"][n], i["state"][n], i["tool_id"][n]] for n in ended
     ]
     return out
 
@@ -127,7 +156,17 @@ def with_sqlite():
         invocations.append((tool, state, duration))
     decisions = [b for (b,) in q("SELECT behavior FROM permission_decisions")]
     results = q("SELECT count(*) FROM events WHERE class LIKE 'tool.result.%' AND problem IS NULL")[0][0]
-    return aggregates(events, invocations, decisions, results, None)
+    latest = [
+        list(row)
+        for row in q(
+            """SELECT i.tenant, i.invocation_id, i.state, i.event_count,
+                      (SELECT count(*) FROM permission_decisions d
+                       WHERE d.tenant = i.tenant AND d.invocation_id = i.invocation_id),
+                      i.result_id
+               FROM invocations i"""
+        )
+    ]
+    return aggregates(events, invocations, decisions, results, None, latest)
 
 
 print(json.dumps({"duckdb": with_duckdb(), "pyarrow": with_pyarrow(), "sqlite": with_sqlite()}, sort_keys=True))
