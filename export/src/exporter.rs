@@ -332,7 +332,25 @@ fn tracker_path(seq: u64) -> String {
     format!("_tracker/{seq:020}.json")
 }
 
-/// Stores the tracker's state after `seq`, so a restart replays from there instead of from seq 1.
+/// Tracker snapshots kept: a restart redoes the newest range from the newest snapshot before it,
+/// which is the newest snapshot, or the one before when the range's files were being written.
+const TRACKERS_KEPT: usize = 2;
+
+/// The seqs of the stored tracker snapshots, oldest first.
+async fn stored_trackers(options: &Options) -> Result<Vec<u64>> {
+    let mut stored: Vec<u64> = options
+        .archive
+        .list("_tracker")
+        .await?
+        .iter()
+        .filter_map(|p| p.rsplit('/').next()?.strip_suffix(".json")?.parse().ok())
+        .collect();
+    stored.sort_unstable();
+    Ok(stored)
+}
+
+/// Stores the tracker's state after `seq`, so a restart replays from there instead of from seq 1,
+/// and removes all but the newest [`TRACKERS_KEPT`] snapshots.
 async fn save_tracker(options: &Options, tracker: Tracker, seq: u64) -> Result<Tracker> {
     let (tracker, bytes) = tokio::task::spawn_blocking(move || {
         let bytes = tracker.snapshot();
@@ -346,20 +364,17 @@ async fn save_tracker(options: &Options, tracker: Tracker, seq: u64) -> Result<T
         .archive
         .put_cache(&tracker_path(seq), Bytes::from(bytes))
         .await?;
+    let stored = stored_trackers(options).await?;
+    for old in &stored[..stored.len().saturating_sub(TRACKERS_KEPT)] {
+        options.archive.delete_cache(&tracker_path(*old)).await?;
+    }
     Ok(tracker)
 }
 
 /// The newest stored tracker at or before `seq` (and its seq), else an empty one at 0.
 async fn load_tracker(options: &Options, seq: u64) -> Result<(Tracker, u64)> {
-    let mut stored: Vec<u64> = options
-        .archive
-        .list("_tracker")
-        .await?
-        .iter()
-        .filter_map(|p| p.rsplit('/').next()?.strip_suffix(".json")?.parse().ok())
-        .filter(|s| *s <= seq)
-        .collect();
-    stored.sort_unstable();
+    let mut stored = stored_trackers(options).await?;
+    stored.retain(|s| *s <= seq);
     while let Some(at) = stored.pop() {
         if let Some(bytes) = options.archive.get(&tracker_path(at)).await?
             && let Some(tracker) = Tracker::restore(&bytes)

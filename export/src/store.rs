@@ -179,6 +179,14 @@ impl Archive {
         Ok(())
     }
 
+    /// Removes a cache object (an old tracker snapshot); one already gone is fine.
+    pub async fn delete_cache(&self, relative: &str) -> Result<()> {
+        match self.store.delete(&self.full(relative)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(Self::store_error(relative, &e)),
+        }
+    }
+
     /// Overwrites an object unconditionally: only for tests that tamper with an archive.
     pub async fn overwrite_for_tests(&self, relative: &str, bytes: Bytes) -> Result<()> {
         self.store

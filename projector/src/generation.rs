@@ -7,9 +7,11 @@
 //!   gen-2/toolledger.sqlite   the current one
 //! ```
 //!
-//! A generation that `current` does not name is either an older one (kept for readers that have
-//! not reopened yet; delete it by hand when none do) or a rebuild that did not finish (it is never
-//! switched to; the next rebuild takes a new number).
+//! A generation that `current` does not name is either an older one or a rebuild that did not
+//! finish (it is never switched to; the next rebuild takes a new number). A rebuild that switches
+//! keeps the generation it replaced (readers that have not reopened yet still read it) and removes
+//! every generation numbered below that one ([`Generations::prune_below`]): older generations, and
+//! rebuilds that failed before it.
 
 use std::fs;
 use std::io::Write;
@@ -152,6 +154,19 @@ impl Generations {
         let generation = self.generation(next);
         fs::create_dir(&generation.dir).map_err(io(&generation.dir))?;
         Ok(generation)
+    }
+
+    /// Removes every generation numbered below `kept` (the one a rebuild just replaced): the
+    /// generations before it and rebuilds that failed before it. Returns those removed.
+    pub fn prune_below(&self, kept: &Generation) -> Result<Vec<Generation>> {
+        let mut removed = Vec::new();
+        for generation in self.list()? {
+            if generation.number < kept.number {
+                fs::remove_dir_all(&generation.dir).map_err(io(&generation.dir))?;
+                removed.push(generation);
+            }
+        }
+        Ok(removed)
     }
 
     /// Points `current` at `generation`, atomically: readers see the old pointer or the new one.

@@ -364,7 +364,7 @@ pub async fn run(
 }
 
 /// Runs `rebuild`: a new generation from seq 1 up to the ledger's last sequence at the start, then
-/// `current` switches to it. A shutdown first leaves `current` alone and removes the new directory.
+/// `current` switches to it, and the generations before the one it replaced are removed. A shutdown first leaves `current` alone and removes the new directory.
 pub async fn rebuild(
     client: async_nats::Client,
     options: &Options,
@@ -406,8 +406,17 @@ pub async fn rebuild(
     }
     let position = store.position()?;
     drop(store);
+    let replaced = generations.current()?;
     generations.switch_to(&generation)?;
     tracing::info!(generation = %generation.name(), position, "rebuild complete; current switched");
+    // The generation replaced stays for readers that have not reopened; the ones before it go.
+    // (A rebuild that started before another and finished after it replaced a newer generation:
+    // nothing is removed then, its own directory among the lower numbers.)
+    if let Some(replaced) = replaced.filter(|replaced| replaced.number < generation.number) {
+        for old in generations.prune_below(&replaced)? {
+            tracing::info!(generation = %old.name(), "removed an old generation");
+        }
+    }
     Ok(RebuildSummary {
         generation,
         position,

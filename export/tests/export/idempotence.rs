@@ -69,13 +69,14 @@ async fn same_ranges_give_identical_objects_and_a_conflict_is_an_error() {
     std::fs::remove_file(&in_flight).unwrap();
     assert_eq!(objects(&first).await, a);
 
-    // More entries: the archive grows; what was there stays byte for byte.
+    // More entries: the archive grows; what was there stays byte for byte (but for the tracker
+    // snapshots, a cache of which the newest two stay).
     ledger.append(late, 120).await;
     let grown = export(&nats, options(&first, 150)).await.unwrap();
     assert_eq!(grown.position, ledger.entries.last().unwrap().seq);
     let b = objects(&first).await;
-    for (path, bytes) in &a {
-        assert_eq!(b.get(path), Some(bytes), "{path} changed");
+    for (path, bytes) in a.iter().filter(|(path, _)| !path.starts_with("_tracker/")) {
+        assert!(b.get(path) == Some(bytes), "{path} changed");
     }
 
     // Someone else's bytes at the newest range's path: a conflict, and the object stays theirs.

@@ -41,6 +41,9 @@ async fn suite(nats: &NatsFixture, archive: Archive, local_copy: Option<&Path>) 
     let last = ledger.entries.last().unwrap().seq;
     assert_eq!(summary.position, last);
     assert!(summary.ranges >= 3, "several ranges: {summary:?}");
+    // Only the newest two tracker snapshots are kept.
+    let trackers = archive.list("_tracker").await.unwrap();
+    assert_eq!(trackers.len(), 2, "{trackers:?}");
     println!("exported {summary:?}");
 
     let report = verify_archive(&archive, &ledger.verifiers(), Some(crate::common::ORIGIN))

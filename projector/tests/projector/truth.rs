@@ -101,6 +101,13 @@ async fn projection_equals_the_generators_truth_and_a_rebuild_equals_it() {
     }
     // The old generation stays readable for readers that have not reopened.
     assert!(database.exists());
+    // The next rebuild keeps the generation it replaces (gen-2) and removes the ones before it.
+    let again = toolledger_projector::rebuild(nats.client().await, &options, std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!(again.generation.name(), "gen-3");
+    let names: Vec<String> = generations.list().unwrap().iter().map(|g| g.name()).collect();
+    assert_eq!(names, ["gen-2", "gen-3"]);
 }
 
 fn check_truth(conn: &Connection, truth: &Truth, events: &[Value]) {
