@@ -5,6 +5,12 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A worker thread of a verification stopped (a panic).
+    #[error("a verification worker stopped: {reason}")]
+    Worker {
+        /// What it said.
+        reason: String,
+    },
     /// A backup could not be written, read or restored.
     #[error("backup: {reason}")]
     Backup {

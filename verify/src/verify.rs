@@ -579,125 +579,60 @@ pub async fn verify_ledger(
     // Gaps are findings here, not errors: the pass goes on and reports every one.
     let mut reader = OrderedReader::open(js, stream, ReadSpec::to_tail(1).allow_gaps()).await?;
     let total = reader.last().unwrap_or(0);
-    let mut range = CompactRange::new();
-    let mut next_checkpoint = trusted.iter().peekable();
-    // Sizes whose signed root the recomputed tree matched.
-    let mut matched = std::collections::BTreeSet::new();
-    let mut good_through = 0;
-    let mut altered: Option<u64> = None;
-    let mut root_mismatch = false;
-    let mut tile_cache: Option<(TileId, Vec<Hash>)> = None;
-    let mut expected_seq = 1;
-    let mut entry_findings = Vec::new();
-    let mut payloads = PayloadLedger::default();
-    // A checkpoint of the empty tree has nothing to match but the empty root.
-    while let Some(signed) = next_checkpoint.next_if(|s| s.checkpoint.size == 0) {
-        if signed.checkpoint.root != toolledger_merkle::empty_root() {
-            entry_findings.push(Finding::RootMismatch {
-                checkpoint_seq: signed.seq,
-                size: 0,
-                signed_root: hex(&signed.checkpoint.root),
-                computed_root: hex(&toolledger_merkle::empty_root()),
-                good_through: 0,
-            });
+    let mut pass = Pass::new(&trusted);
+    // Entries are checked (canonical form, parse, leaf hash) a batch at a time on every core while
+    // the next batch is read; the tree, the tiles and the checkpoints then take them in ledger
+    // order. At most two batches are in hand, so memory does not grow with the ledger.
+    let (check_entries, want_payloads) = (options.check_entries, options.blobs.is_some());
+    let mut checking: Option<tokio::task::JoinHandle<Vec<CheckedEntry>>> = None;
+    loop {
+        let batch = reader.next_batch(CHECK_BATCH).await?;
+        let checked = match checking.take() {
+            Some(task) => task.await.map_err(|e| crate::Error::Worker {
+                reason: e.to_string(),
+            })?,
+            None => Vec::new(),
+        };
+        if batch.is_empty() && checked.is_empty() {
+            break;
         }
-    }
-    while let Some(message) = reader.next().await? {
-        let (seq, bytes) = (message.seq, message.payload);
-        if seq != expected_seq {
-            entry_findings.push(Finding::SequenceGap {
-                expected_seq,
-                found_seq: seq,
-            });
+        if !batch.is_empty() {
+            checking = Some(tokio::task::spawn_blocking(move || {
+                use rayon::prelude::*;
+                batch
+                    .into_par_iter()
+                    .map(|message| check_entry(message.seq, &message.payload, check_entries, want_payloads))
+                    .collect()
+            }));
         }
-        expected_seq = seq + 1;
-        if options.check_entries {
-            // One pass both reads the entry and proves its bytes are the RFC 8785 form; bytes that are
-            // not are read again without the proof, so their payloads are still checked.
-            let read = match LedgerEntry::parse_canonical(&bytes) {
-                Err(error) if is_not_canonical(&error) => {
-                    entry_findings.push(Finding::EntryNotCanonical { seq });
-                    LedgerEntry::parse(&bytes)
-                }
-                read => read,
-            };
-            match read {
-                Ok(entry) if options.blobs.is_some() => payloads.observe(seq, &entry),
-                Ok(_) => {}
-                Err(error) => entry_findings.push(Finding::EntryUnreadable {
-                    seq,
-                    reason: error.to_string(),
-                }),
-            }
-        }
-        let index = range.size();
-        let leaf = toolledger_merkle::leaf_hash(&bytes);
-        range.append(leaf);
-
-        if altered.is_none()
-            && let Some((tiles, tiles_size)) = &tiles_trusted
-            && index < *tiles_size
-        {
-            let tile = tile_for(0, index, *tiles_size);
-            if tile_cache.as_ref().is_none_or(|(id, _)| *id != tile) {
-                match tiles.read_at_least(&tile).await {
-                    Ok(hashes) => tile_cache = Some((tile, hashes)),
-                    Err(error) => {
-                        findings.push(tile_finding(error, *tiles_size));
-                        tiles_trusted = None;
-                        tile_cache = None;
-                    }
-                }
-            }
-            if let Some((_, hashes)) = &tile_cache
-                && let Some(signed_leaf) = hashes.get((index % TILE_WIDTH) as usize)
-                && *signed_leaf != leaf
-            {
-                altered = Some(index + 1);
-                entry_findings.push(Finding::EntryAltered {
-                    seq: index + 1,
-                    signed_leaf: hex(signed_leaf),
-                    ledger_leaf: hex(&leaf),
+        for entry in checked {
+            pass.take(entry, &mut tiles_trusted, &mut findings).await;
+            if pass.range.size().is_multiple_of(PROGRESS_EVERY) {
+                progress(Progress {
+                    done: pass.range.size(),
+                    total,
                 });
             }
         }
-
-        while let Some(signed) = next_checkpoint.next_if(|s| s.checkpoint.size == range.size()) {
-            let computed = range.root();
-            if computed == signed.checkpoint.root {
-                matched.insert(signed.checkpoint.size);
-                good_through = signed.checkpoint.size;
-            } else if !root_mismatch {
-                root_mismatch = true;
-                // An exact position found with the tiles says more than the range.
-                if altered.is_none() {
-                    entry_findings.push(Finding::RootMismatch {
-                        checkpoint_seq: signed.seq,
-                        size: signed.checkpoint.size,
-                        signed_root: hex(&signed.checkpoint.root),
-                        computed_root: hex(&computed),
-                        good_through,
-                    });
-                }
-            }
-        }
-        if range.size().is_multiple_of(PROGRESS_EVERY) {
-            progress(Progress {
-                done: range.size(),
-                total,
-            });
-        }
     }
-    let size = range.size();
+    let size = pass.range.size();
     progress(Progress { done: size, total });
-    if let Some(signed) = next_checkpoint.next() {
-        entry_findings.push(Finding::CheckpointBeyondLedger {
+    let Pass {
+        range,
+        next,
+        matched,
+        entry_findings,
+        payloads,
+        ..
+    } = pass;
+    findings.extend(entry_findings);
+    if let Some(signed) = trusted.get(next) {
+        findings.push(Finding::CheckpointBeyondLedger {
             checkpoint_seq: signed.seq,
             size: signed.checkpoint.size,
             ledger_size: size,
         });
     }
-    findings.extend(entry_findings);
 
     // Consecutive checkpoints both matched by the recomputed tree are consistent by construction;
     // the others are checked with proofs from the trusted tiles.
@@ -759,6 +694,211 @@ fn is_not_canonical(error: &WireError) -> bool {
     )
 }
 
+/// Entries checked together on the pool: large enough to keep every core busy between reads,
+/// small enough that two batches in hand stay a few MB.
+const CHECK_BATCH: usize = 2048;
+
+/// One entry, checked on its own (any thread): its leaf, and what is wrong with its bytes.
+struct CheckedEntry {
+    seq: u64,
+    leaf: Hash,
+    findings: Vec<Finding>,
+    /// What the payload check needs of it, when payloads are checked and it parsed.
+    payloads: Option<EntryPayloads>,
+}
+
+/// An entry's payload references and the erasures it records.
+struct EntryPayloads {
+    tenant: String,
+    refs: Vec<PayloadRef>,
+    /// `(tenant, blob id)` an erasure record names.
+    erased: Vec<(String, String)>,
+}
+
+impl EntryPayloads {
+    fn of(entry: &LedgerEntry) -> Self {
+        let event = &entry.event;
+        let tenant = event.extension_str("tenant").unwrap_or_default().to_owned();
+        let mut erased = Vec::new();
+        if event.ty() == ERASURE_CLASS {
+            // The record is the ledger's own (tenant `_system`); the tenant erased is in its data.
+            let data = event.data().unwrap_or(&serde_json::Value::Null);
+            let erased_tenant = data["tenant"].as_str().unwrap_or(&tenant).to_owned();
+            for id in data["blob_ids"].as_array().into_iter().flatten() {
+                if let Some(id) = id.as_str() {
+                    erased.push((erased_tenant.clone(), id.to_owned()));
+                }
+            }
+        }
+        EntryPayloads {
+            tenant,
+            refs: entry.ledger.payload_refs.clone(),
+            erased,
+        }
+    }
+}
+
+/// Reads an entry and proves its bytes are the RFC 8785 form in one pass; bytes that are not are
+/// read again without the proof, so their payloads are still checked.
+fn check_entry(seq: u64, bytes: &[u8], check_entries: bool, want_payloads: bool) -> CheckedEntry {
+    let mut findings = Vec::new();
+    let mut payloads = None;
+    if check_entries {
+        let read = match LedgerEntry::parse_canonical(bytes) {
+            Err(error) if is_not_canonical(&error) => {
+                findings.push(Finding::EntryNotCanonical { seq });
+                LedgerEntry::parse(bytes)
+            }
+            read => read,
+        };
+        match read {
+            Ok(entry) if want_payloads => payloads = Some(EntryPayloads::of(&entry)),
+            Ok(_) => {}
+            Err(error) => findings.push(Finding::EntryUnreadable {
+                seq,
+                reason: error.to_string(),
+            }),
+        }
+    }
+    CheckedEntry {
+        seq,
+        leaf: toolledger_merkle::leaf_hash(bytes),
+        findings,
+        payloads,
+    }
+}
+
+/// The ordered part of a verify pass: the tree the entries so far make, and what it matched.
+struct Pass<'a> {
+    trusted: &'a [Signed],
+    /// The next trusted checkpoint to reach.
+    next: usize,
+    range: CompactRange,
+    /// Sizes whose signed root the recomputed tree matched.
+    matched: std::collections::BTreeSet<u64>,
+    good_through: u64,
+    altered: Option<u64>,
+    root_mismatch: bool,
+    tile_cache: Option<(TileId, Vec<Hash>)>,
+    expected_seq: u64,
+    entry_findings: Vec<Finding>,
+    payloads: PayloadLedger,
+}
+
+impl<'a> Pass<'a> {
+    fn new(trusted: &'a [Signed]) -> Self {
+        let mut pass = Pass {
+            trusted,
+            next: 0,
+            range: CompactRange::new(),
+            matched: std::collections::BTreeSet::new(),
+            good_through: 0,
+            altered: None,
+            root_mismatch: false,
+            tile_cache: None,
+            expected_seq: 1,
+            entry_findings: Vec::new(),
+            payloads: PayloadLedger::default(),
+        };
+        // A checkpoint of the empty tree has nothing to match but the empty root.
+        while let Some(signed) = trusted.get(pass.next).filter(|s| s.checkpoint.size == 0) {
+            if signed.checkpoint.root != toolledger_merkle::empty_root() {
+                pass.entry_findings.push(Finding::RootMismatch {
+                    checkpoint_seq: signed.seq,
+                    size: 0,
+                    signed_root: hex(&signed.checkpoint.root),
+                    computed_root: hex(&toolledger_merkle::empty_root()),
+                    good_through: 0,
+                });
+            }
+            pass.next += 1;
+        }
+        pass
+    }
+
+    /// Takes the next entry in ledger order: its findings, its leaf into the tree (checked against
+    /// the trusted tiles), and every checkpoint the tree now reaches.
+    async fn take(
+        &mut self,
+        checked: CheckedEntry,
+        tiles_trusted: &mut Option<(TileStore, u64)>,
+        findings: &mut Vec<Finding>,
+    ) {
+        let CheckedEntry {
+            seq,
+            leaf,
+            findings: found,
+            payloads,
+        } = checked;
+        if seq != self.expected_seq {
+            self.entry_findings.push(Finding::SequenceGap {
+                expected_seq: self.expected_seq,
+                found_seq: seq,
+            });
+        }
+        self.expected_seq = seq + 1;
+        self.entry_findings.extend(found);
+        if let Some(payloads) = payloads {
+            self.payloads.observe(seq, payloads);
+        }
+        let index = self.range.size();
+        self.range.append(leaf);
+
+        if self.altered.is_none()
+            && let Some((tiles, tiles_size)) = tiles_trusted.as_ref()
+            && index < *tiles_size
+        {
+            let tile = tile_for(0, index, *tiles_size);
+            if self.tile_cache.as_ref().is_none_or(|(id, _)| *id != tile) {
+                match tiles.read_at_least(&tile).await {
+                    Ok(hashes) => self.tile_cache = Some((tile, hashes)),
+                    Err(error) => {
+                        findings.push(tile_finding(error, *tiles_size));
+                        *tiles_trusted = None;
+                        self.tile_cache = None;
+                    }
+                }
+            }
+            if let Some((_, hashes)) = &self.tile_cache
+                && let Some(signed_leaf) = hashes.get((index % TILE_WIDTH) as usize)
+                && *signed_leaf != leaf
+            {
+                self.altered = Some(index + 1);
+                self.entry_findings.push(Finding::EntryAltered {
+                    seq: index + 1,
+                    signed_leaf: hex(signed_leaf),
+                    ledger_leaf: hex(&leaf),
+                });
+            }
+        }
+
+        while let Some(signed) = self
+            .trusted
+            .get(self.next)
+            .filter(|s| s.checkpoint.size == self.range.size())
+        {
+            self.next += 1;
+            let computed = self.range.root();
+            if computed == signed.checkpoint.root {
+                self.matched.insert(signed.checkpoint.size);
+                self.good_through = signed.checkpoint.size;
+            } else if !self.root_mismatch {
+                self.root_mismatch = true;
+                // An exact position found with the tiles says more than the range.
+                if self.altered.is_none() {
+                    self.entry_findings.push(Finding::RootMismatch {
+                        checkpoint_seq: signed.seq,
+                        size: signed.checkpoint.size,
+                        signed_root: hex(&signed.checkpoint.root),
+                        computed_root: hex(&computed),
+                        good_through: self.good_through,
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// How many blobs are fetched and hashed at once: enough to hide a remote store's latency, few enough
 /// that a handful of large payloads cannot exhaust memory.
 const PAYLOAD_FETCHES_IN_FLIGHT: usize = 8;
@@ -780,21 +920,10 @@ struct PayloadCheck {
 }
 
 impl PayloadLedger {
-    fn observe(&mut self, seq: u64, entry: &LedgerEntry) {
-        let event = &entry.event;
-        let tenant = event.extension_str("tenant").unwrap_or_default().to_owned();
-        let data = event.data().unwrap_or(&serde_json::Value::Null);
-        if event.ty() == ERASURE_CLASS {
-            // The record is the ledger's own (tenant `_system`); the tenant erased is in its data.
-            let erased_tenant = data["tenant"].as_str().unwrap_or(&tenant).to_owned();
-            for id in data["blob_ids"].as_array().into_iter().flatten() {
-                if let Some(id) = id.as_str() {
-                    self.erased.insert((erased_tenant.clone(), id.to_owned()));
-                }
-            }
-        }
-        for payload in &entry.ledger.payload_refs {
-            self.refs.push((seq, tenant.clone(), payload.clone()));
+    fn observe(&mut self, seq: u64, entry: EntryPayloads) {
+        self.erased.extend(entry.erased);
+        for payload in entry.refs {
+            self.refs.push((seq, entry.tenant.clone(), payload));
         }
     }
 
