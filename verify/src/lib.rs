@@ -32,8 +32,8 @@ pub mod verify;
 
 pub use error::{Error, Result};
 pub use prove::{
-    ConsistencyOutput, InclusionOutput, ProveSource, SignedCheckpoint, prove_consistency, prove_inclusion,
-    signed_checkpoint,
+    ConsistencyOutput, InclusionOutput, ProveSource, SignedCheckpoint, TrustedCache, prove_consistency,
+    prove_inclusion, signed_checkpoint,
 };
 pub use verify::{Finding, Progress, Report, VerifyOptions, verify_ledger};
 

@@ -16,9 +16,11 @@ use async_nats::jetstream;
 use serde::{Deserialize, Serialize};
 use toolledger_merkle::{Checkpoint, Hash, TileReader, TileStore, TiledLog, Verifiers, leaf_hash};
 
-use crate::verify::{Signed, trusted_checkpoints};
+use std::sync::Arc;
+
+use crate::verify::{Signed, Trust};
 use crate::{Error, Result, hex, parse_hash};
-use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
+use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence, read_range};
 
 /// Where proofs come from.
 #[derive(Debug, Clone)]
@@ -33,7 +35,15 @@ pub struct ProveSource {
     pub origin: Option<String>,
     /// The tiles, when available (proofs are recomputed from the ledger otherwise).
     pub tiles: Option<TileStore>,
+    /// The trusted checkpoints read so far (shared by the source's clones): a signed checkpoint
+    /// never changes, so each is read and its signature checked once, and a proof reads only the
+    /// checkpoints signed since the last one.
+    pub trusted: TrustedCache,
 }
+
+/// The trusted checkpoints a [`ProveSource`] has read; empty at first ([`Default`]).
+#[derive(Debug, Clone, Default)]
+pub struct TrustedCache(Arc<tokio::sync::Mutex<Option<Trust>>>);
 
 /// Proof that a ledger entry is in a signed tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,16 +200,23 @@ pub(crate) async fn tree_reader(
     Ok(TileReader::new(store))
 }
 
-/// The trusted checkpoints, in growing size order.
-pub(crate) async fn checkpoints(js: &jetstream::Context, source: &ProveSource) -> Result<Vec<Signed>> {
-    Ok(trusted_checkpoints(
-        js,
-        &source.checkpoint_stream,
-        &source.verifiers,
-        source.origin.as_deref(),
-    )
-    .await?
-    .0)
+/// The trusted checkpoints, in growing size order: the source's cache, with the checkpoints signed
+/// since it was last read taken in (the stream's tail is one request; a stream that shrank, made
+/// again, is read from the start).
+pub(crate) async fn checkpoints(js: &jetstream::Context, source: &ProveSource) -> Result<Arc<Vec<Signed>>> {
+    let mut cache = source.trusted.0.lock().await;
+    let last = last_sequence(js, &source.checkpoint_stream).await?;
+    let origin = source.origin.as_deref();
+    let trust = cache.get_or_insert_with(|| Trust::new(origin));
+    if last < trust.last_seq {
+        *trust = Trust::new(origin);
+    }
+    if last > trust.last_seq {
+        for (seq, payload) in read_range(js, &source.checkpoint_stream, trust.last_seq + 1, last).await? {
+            trust.take(seq, &payload, &source.verifiers);
+        }
+    }
+    Ok(Arc::clone(&trust.trusted))
 }
 
 /// A trusted signed checkpoint, as a checkpoint endpoint serves it.
@@ -229,9 +246,8 @@ impl From<&Signed> for SignedCheckpoint {
     }
 }
 
-/// The newest trusted checkpoint, or the trusted checkpoint of tree size `size`. Reads the whole
-/// checkpoint stream (one message per thousands of entries), so every signature is checked and
-/// untrusted or out-of-order notes are never served.
+/// The newest trusted checkpoint, or the trusted checkpoint of tree size `size`. Every signature is
+/// checked (once, see [`TrustedCache`]) and untrusted or out-of-order notes are never served.
 pub async fn signed_checkpoint(
     js: &jetstream::Context,
     source: &ProveSource,

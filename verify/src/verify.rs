@@ -22,6 +22,7 @@
 //! first that does not; with tiles that a signed root vouches for, to the exact entry.
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_nats::jetstream;
 use serde::Serialize;
@@ -409,33 +410,70 @@ pub(crate) async fn trusted_checkpoints(
     verifiers: &Verifiers,
     origin: Option<&str>,
 ) -> Result<(Vec<Signed>, Vec<Finding>, u64)> {
-    let messages = read_all(js, stream).await?;
-    let total = messages.len() as u64;
-    let mut findings = Vec::new();
-    let mut trusted: Vec<Signed> = Vec::new();
-    let mut origin = origin.map(str::to_owned);
-    for (seq, payload) in messages {
-        let note = String::from_utf8_lossy(&payload).into_owned();
+    let mut trust = Trust::new(origin);
+    for (seq, payload) in read_all(js, stream).await? {
+        trust.take(seq, &payload, verifiers);
+    }
+    let Trust {
+        trusted,
+        findings,
+        read,
+        ..
+    } = trust;
+    Ok((Arc::unwrap_or_clone(trusted), findings, read))
+}
+
+/// The trusted checkpoints of a checkpoint stream, built message by message: a note is trusted when
+/// a verifier signed it, its origin is the log's, and its tree is larger than the one before.
+#[derive(Debug, Clone)]
+pub(crate) struct Trust {
+    /// Trusted checkpoints in growing size order (shared with the proofs that read them).
+    pub(crate) trusted: Arc<Vec<Signed>>,
+    /// Why the others are not.
+    pub(crate) findings: Vec<Finding>,
+    origin: Option<String>,
+    /// Messages taken.
+    pub(crate) read: u64,
+    /// The last stream sequence taken.
+    pub(crate) last_seq: u64,
+}
+
+impl Trust {
+    pub(crate) fn new(origin: Option<&str>) -> Self {
+        Self {
+            trusted: Arc::new(Vec::new()),
+            findings: Vec::new(),
+            origin: origin.map(str::to_owned),
+            read: 0,
+            last_seq: 0,
+        }
+    }
+
+    /// Takes the checkpoint stream's message `seq`.
+    pub(crate) fn take(&mut self, seq: u64, payload: &[u8], verifiers: &Verifiers) {
+        self.read += 1;
+        self.last_seq = seq;
+        let note = String::from_utf8_lossy(payload).into_owned();
         let checkpoint = match Checkpoint::open(&note, verifiers) {
             Ok(checkpoint) => checkpoint,
             Err(error) => {
-                findings.push(Finding::CheckpointUntrusted {
+                self.findings.push(Finding::CheckpointUntrusted {
                     checkpoint_seq: seq,
                     reason: error.to_string(),
                 });
-                continue;
+                return;
             }
         };
-        let expected = origin.get_or_insert_with(|| checkpoint.origin.clone());
+        let expected = self.origin.get_or_insert_with(|| checkpoint.origin.clone());
         if checkpoint.origin != *expected {
-            findings.push(Finding::CheckpointOrigin {
+            self.findings.push(Finding::CheckpointOrigin {
                 checkpoint_seq: seq,
                 origin: checkpoint.origin.clone(),
                 expected: expected.clone(),
             });
-            continue;
+            return;
         }
-        if let Some(previous) = trusted.last() {
+        if let Some(previous) = self.trusted.last() {
             let previous = &previous.checkpoint;
             if checkpoint.size <= previous.size {
                 let reason = if checkpoint.size == previous.size && checkpoint.root != previous.root {
@@ -445,22 +483,21 @@ pub(crate) async fn trusted_checkpoints(
                 } else {
                     "the tree shrank".to_owned()
                 };
-                findings.push(Finding::CheckpointOrder {
+                self.findings.push(Finding::CheckpointOrder {
                     checkpoint_seq: seq,
                     size: checkpoint.size,
                     previous_size: previous.size,
                     reason,
                 });
-                continue;
+                return;
             }
         }
-        trusted.push(Signed {
+        Arc::make_mut(&mut self.trusted).push(Signed {
             seq,
             checkpoint,
             note,
         });
     }
-    Ok((trusted, findings, total))
 }
 
 /// The live configurations of the ledger and checkpoint streams against DESIGN §2, through the

@@ -141,6 +141,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         verifiers,
         origin: Some(config.ledger.origin.clone()),
         tiles,
+        trusted: Default::default(),
     };
     let request = BundleRequest {
         selection,

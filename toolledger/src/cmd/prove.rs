@@ -60,6 +60,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         verifiers,
         origin: Some(config.ledger.origin.clone()),
         tiles,
+        trusted: Default::default(),
     };
     let json = match (args.seq, args.from_size, args.to_size) {
         (Some(seq), _, _) => {

@@ -60,6 +60,7 @@ pub fn ledger_access(
             verifiers: super::verify::load_verifiers(config, None)?,
             origin: Some(config.ledger.origin.clone()),
             tiles: super::verify::tile_store(config, None, false)?,
+            trusted: Default::default(),
         },
     })
 }

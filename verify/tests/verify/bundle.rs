@@ -33,6 +33,7 @@ fn source(ledger: &TestLedger) -> ProveSource {
         verifiers: verifiers(),
         origin: None,
         tiles: Some(ledger.tiles()),
+        trusted: Default::default(),
     }
 }
 

@@ -13,6 +13,7 @@ fn source(ledger: &TestLedger, with_tiles: bool) -> ProveSource {
         verifiers: verifiers(),
         origin: None,
         tiles: with_tiles.then(|| ledger.tiles()),
+        trusted: Default::default(),
     }
 }
 
@@ -152,4 +153,35 @@ async fn consistency_proofs_verify_with_the_library_alone_and_fail_after_one_bit
             .await
             .is_err()
     );
+}
+
+/// A source keeps the checkpoints it read: proofs after the ledger grew see the checkpoints signed
+/// since, and proofs in the older signed trees still come out the same.
+#[tokio::test]
+async fn a_source_takes_in_checkpoints_signed_after_its_first_proof() {
+    let entries = generated_entries(450);
+    let (first, later) = entries.split_at(300);
+    let mut ledger = TestLedger::build(first.to_vec()).await;
+    let source = source(&ledger, true);
+    let before = prove_inclusion(&ledger.js, &source, 10, None).await.unwrap();
+    assert_eq!(before.tree_size, 300);
+
+    let mut appender = toolledger_ingest::append::Appender::open(ledger.js.clone(), LEDGER)
+        .await
+        .unwrap();
+    let mut checkpointer = ledger.checkpointer(appender.last_seq()).await;
+    for batch in later.chunks(50) {
+        let seqs = appender.append(batch).await.unwrap();
+        checkpointer.appended(&seqs, batch).await.unwrap();
+    }
+    checkpointer.checkpoint().await.unwrap();
+    ledger.entries.extend_from_slice(later);
+
+    let after = prove_inclusion(&ledger.js, &source, 420, None).await.unwrap();
+    assert_eq!(after.tree_size, 450);
+    let json = serde_json::to_value(&after).unwrap();
+    assert!(check_inclusion_json(&json));
+    // A proof in an older signed tree is still served from the same list.
+    let older = prove_inclusion(&ledger.js, &source, 10, Some(300)).await.unwrap();
+    assert_eq!(older, before);
 }
