@@ -132,6 +132,36 @@ fn a_restored_ledger_verifies_and_rebuilds_the_same_projection() {
         !out.contains("0 of 0 checkpoints"),
         "checkpoints came back: {out}"
     );
+    // A clean run saves the newest trusted checkpoint; the next continues from it.
+    let saved = data.path().join("trusted.note");
+    let saved_arg = saved.to_str().unwrap();
+    let (ok, out) = tool(
+        data.path(),
+        &[
+            "verify",
+            "--nats-url",
+            &fresh_url,
+            "--no-tiles",
+            "--save-checkpoint",
+            saved_arg,
+        ],
+    );
+    assert!(ok && saved.exists(), "{out}");
+    let (ok, out) = tool(
+        data.path(),
+        &[
+            "verify",
+            "--nats-url",
+            &fresh_url,
+            "--no-tiles",
+            "--from-checkpoint",
+            saved_arg,
+        ],
+    );
+    assert!(
+        ok && out.contains("continued from the trusted checkpoint") && out.contains("verify: ok"),
+        "{out}"
+    );
     let (ok, out) = tool(
         data.path(),
         &["restore", "--nats-url", &fresh_url, backup.to_str().unwrap()],

@@ -5,6 +5,13 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The checkpoint a verification was asked to continue from is not trusted: not signed by a
+    /// verifier key, not a checkpoint, or another log's.
+    #[error("the checkpoint to continue from is not trusted: {reason}")]
+    UntrustedStart {
+        /// Why.
+        reason: String,
+    },
     /// A worker thread of a verification stopped (a panic).
     #[error("a verification worker stopped: {reason}")]
     Worker {

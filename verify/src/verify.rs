@@ -52,6 +52,11 @@ pub struct VerifyOptions {
     pub check_entries: bool,
     /// The blob store to check every payload commitment against (needs `check_entries`).
     pub blobs: Option<BlobStore>,
+    /// A signed checkpoint (its C2SP note) trusted already, e.g. saved by an earlier clean run:
+    /// the pass continues from its tree (read from the tiles, else re-hashed from the ledger, and
+    /// checked against its root) and reads only the entries after it. Checkpoints of smaller trees
+    /// are not checked again.
+    pub from_checkpoint: Option<String>,
 }
 
 impl Default for VerifyOptions {
@@ -62,6 +67,7 @@ impl Default for VerifyOptions {
             check_stream_configs: true,
             check_entries: true,
             blobs: None,
+            from_checkpoint: None,
         }
     }
 }
@@ -185,6 +191,16 @@ pub enum Finding {
         /// The size of the last checkpoint that still matched (0 if none).
         good_through: u64,
     },
+    /// The ledger's first `size` entries do not make the root of the trusted checkpoint the pass
+    /// started from: an entry at or before `size` was altered (or the checkpoint is another log's).
+    StartMismatch {
+        /// The trusted checkpoint's tree size.
+        size: u64,
+        /// Its signed root, hex.
+        trusted_root: String,
+        /// The root of the ledger's first `size` entries, hex.
+        computed_root: String,
+    },
     /// A payload's blob is not in the blob store and no erasure of it is recorded: the content is lost
     /// (the entry and its commitment are intact).
     PayloadMissing {
@@ -237,6 +253,7 @@ impl Finding {
             | Self::EntryNotCanonical { seq }
             | Self::EntryAltered { seq, .. } => Some(*seq),
             Self::RootMismatch { good_through, .. } => Some(good_through + 1),
+            Self::StartMismatch { .. } => Some(1),
             Self::CheckpointBeyondLedger { ledger_size, .. } => Some(ledger_size + 1),
             _ => None,
         }
@@ -255,6 +272,7 @@ impl Finding {
             Self::RootMismatch {
                 good_through, size, ..
             } => format!("ledger seq {}..={size}", good_through + 1),
+            Self::StartMismatch { size, .. } => format!("ledger seq 1..={size}"),
             Self::TileCorrupt { path, .. } => format!("tile {path}"),
             Self::PayloadMissing { seq, blob_id, .. }
             | Self::PayloadAltered { seq, blob_id, .. }
@@ -324,6 +342,15 @@ impl fmt::Display for Finding {
                 f,
                 "altered: the tree of size {size} has root {computed_root}, checkpoint seq {checkpoint_seq} signed {signed_root}"
             ),
+            Self::StartMismatch {
+                size,
+                trusted_root,
+                computed_root,
+                ..
+            } => write!(
+                f,
+                "altered: the first {size} entries have root {computed_root}, the trusted checkpoint signed {trusted_root}"
+            ),
             Self::PayloadMissing { path, .. } => {
                 write!(
                     f,
@@ -349,8 +376,10 @@ pub struct Report {
     pub ledger_stream: String,
     /// The checkpoint stream verified.
     pub checkpoint_stream: String,
-    /// Entries read from the ledger.
+    /// The ledger's size at the end of the pass.
     pub entries: u64,
+    /// The size of the trusted checkpoint the pass continued from (0: it read from seq 1).
+    pub from_size: u64,
     /// The root recomputed over all of them, hex.
     pub root: String,
     /// Messages in the checkpoint stream.
@@ -359,6 +388,8 @@ pub struct Report {
     pub trusted_checkpoints: u64,
     /// The newest trusted checkpoint's size (0 if none).
     pub signed_size: u64,
+    /// The newest trusted checkpoint's C2SP note, to continue from next time (`--from-checkpoint`).
+    pub newest_checkpoint: Option<String>,
     /// Whether a tile store was checked.
     pub tiles_checked: bool,
     /// Payload references checked against the blob store (0 when none was given).
@@ -402,27 +433,6 @@ pub(crate) struct Signed {
     pub(crate) note: String,
 }
 
-/// Reads the checkpoint stream: the trusted checkpoints in growing size order, and findings for the
-/// rest. Returns the messages read too.
-pub(crate) async fn trusted_checkpoints(
-    js: &jetstream::Context,
-    stream: &str,
-    verifiers: &Verifiers,
-    origin: Option<&str>,
-) -> Result<(Vec<Signed>, Vec<Finding>, u64)> {
-    let mut trust = Trust::new(origin);
-    for (seq, payload) in read_all(js, stream).await? {
-        trust.take(seq, &payload, verifiers);
-    }
-    let Trust {
-        trusted,
-        findings,
-        read,
-        ..
-    } = trust;
-    Ok((Arc::unwrap_or_clone(trusted), findings, read))
-}
-
 /// The trusted checkpoints of a checkpoint stream, built message by message: a note is trusted when
 /// a verifier signed it, its origin is the log's, and its tree is larger than the one before.
 #[derive(Debug, Clone)]
@@ -447,6 +457,11 @@ impl Trust {
             read: 0,
             last_seq: 0,
         }
+    }
+
+    /// The log's origin: the one given, else the first trusted checkpoint's.
+    pub(crate) fn origin(&self) -> Option<&str> {
+        self.origin.as_deref()
     }
 
     /// Takes the checkpoint stream's message `seq`.
@@ -579,10 +594,11 @@ fn tile_finding(error: toolledger_merkle::Error, size: u64) -> Finding {
 
 /// Recomputes every leaf and the tree from `stream`, and checks the signed checkpoints in
 /// `checkpoint_stream` (trusted: `verifiers`), the live stream configurations and, when given, the
-/// tiles. `progress` is called every 1024 entries and at the end.
+/// tiles. `progress` is called every 1024 entries and at the end. With
+/// [`VerifyOptions::from_checkpoint`] it continues from that trusted tree instead of seq 1.
 ///
-/// Fails only when a stream cannot be read; everything wrong with what was read is a finding in the
-/// report.
+/// Fails only when a stream cannot be read (or the starting checkpoint is not trusted); everything
+/// wrong with what was read is a finding in the report.
 pub async fn verify_ledger(
     js: &jetstream::Context,
     stream: &str,
@@ -591,133 +607,406 @@ pub async fn verify_ledger(
     options: &VerifyOptions,
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Report> {
-    let (trusted, mut findings, checkpoints) =
-        trusted_checkpoints(js, checkpoint_stream, verifiers, options.origin.as_deref()).await?;
-    let mut notes = Vec::new();
-    if options.check_stream_configs {
-        let (found, noted) = stream_config_findings(js, stream, checkpoint_stream).await;
-        findings.extend(found);
-        notes = noted;
-    }
+    let mut run = Run::start(js, stream, checkpoint_stream, verifiers, options).await?;
+    run.read_through(js, None, progress).await?;
+    run.finish(options).await
+}
 
-    // Tiles are trusted for locating entries only once the newest signed root vouches for them.
-    let newest = trusted.last().map(|s| s.checkpoint.clone());
-    let mut tiles_trusted = None;
-    if let (Some(tiles), Some(newest)) = (&options.tiles, &newest) {
-        match TileReader::new(tiles.clone())
-            .check_tiles(newest.size, &newest.root)
-            .await
-        {
-            Ok(()) => tiles_trusted = Some((tiles.clone(), newest.size)),
-            Err(error) => findings.push(tile_finding(error, newest.size)),
-        }
-    }
+/// What a monitor saw: a line's worth.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MonitorEvent {
+    /// The first pass reached the ledger's tail: `entries` checked, the newest trusted checkpoint
+    /// of `size`.
+    CaughtUp {
+        /// Entries in the ledger.
+        entries: u64,
+        /// The newest trusted checkpoint's size.
+        size: u64,
+    },
+    /// A newly signed checkpoint is consistent with the last one: the entries in between were read,
+    /// checked and make its root.
+    Checkpoint {
+        /// Its sequence in the checkpoint stream.
+        checkpoint_seq: u64,
+        /// Its tree size.
+        size: u64,
+        /// Its root, hex.
+        root: String,
+        /// Entries checked since the last one.
+        entries: u64,
+    },
+}
 
-    // Gaps are findings here, not errors: the pass goes on and reports every one.
-    let mut reader = OrderedReader::open(js, stream, ReadSpec::to_tail(1).allow_gaps()).await?;
-    let total = reader.last().unwrap_or(0);
-    let mut pass = Pass::new(&trusted);
-    // Entries are checked (canonical form, parse, leaf hash) a batch at a time on every core while
-    // the next batch is read; the tree, the tiles and the checkpoints then take them in ledger
-    // order. At most two batches are in hand, so memory does not grow with the ledger.
-    let (check_entries, want_payloads) = (options.check_entries, options.blobs.is_some());
-    let mut checking: Option<tokio::task::JoinHandle<Vec<CheckedEntry>>> = None;
+/// `verify_ledger`, then follows the checkpoint stream: every newly signed checkpoint is trusted
+/// (signature, origin, growth), the ledger entries up to its size are read and checked, and its root
+/// must be the recomputed one. Returns the report at the first finding (an altered entry, a root
+/// that does not match, a forked or untrusted checkpoint); runs until `stop` completes otherwise.
+/// Payload commitments are left to a full `verify` (a monitor would hold every reference).
+pub async fn monitor(
+    js: &jetstream::Context,
+    stream: &str,
+    checkpoint_stream: &str,
+    verifiers: &Verifiers,
+    options: &VerifyOptions,
+    on_event: &mut (dyn FnMut(MonitorEvent) + Send),
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<Report> {
+    let options = &VerifyOptions {
+        blobs: None,
+        ..options.clone()
+    };
+    let mut run = Run::start(js, stream, checkpoint_stream, verifiers, options).await?;
+    run.read_through(js, None, &mut |_| {}).await?;
+    if !run.clean() {
+        return run.finish(options).await;
+    }
+    on_event(MonitorEvent::CaughtUp {
+        entries: run.pass.range.size(),
+        size: run.newest().map_or(0, |c| c.checkpoint.size),
+    });
+    let mut checkpoints =
+        OrderedReader::open(js, checkpoint_stream, ReadSpec::follow(run.trust.last_seq + 1)).await?;
+    tokio::pin!(stop);
     loop {
-        let batch = reader.next_batch(CHECK_BATCH).await?;
-        let checked = match checking.take() {
-            Some(task) => task.await.map_err(|e| crate::Error::Worker {
-                reason: e.to_string(),
-            })?,
-            None => Vec::new(),
+        let message = tokio::select! {
+            () = &mut stop => return run.finish(options).await,
+            next = checkpoints.next() => next?,
         };
-        if batch.is_empty() && checked.is_empty() {
-            break;
+        let Some(message) = message else {
+            return Err(crate::Error::Worker {
+                reason: "the checkpoint stream's follower ended".to_owned(),
+            });
+        };
+        let (trusted_before, findings_before) = (run.trust.trusted.len(), run.trust.findings.len());
+        run.trust.take(message.seq, &message.payload, verifiers);
+        if run.trust.findings.len() > findings_before {
+            return run.finish(options).await;
         }
-        if !batch.is_empty() {
-            checking = Some(tokio::task::spawn_blocking(move || {
-                use rayon::prelude::*;
-                batch
-                    .into_par_iter()
-                    .map(|message| check_entry(message.seq, &message.payload, check_entries, want_payloads))
-                    .collect()
-            }));
+        if run.trust.trusted.len() == trusted_before {
+            continue;
         }
-        for entry in checked {
-            pass.take(entry, &mut tiles_trusted, &mut findings).await;
-            if pass.range.size().is_multiple_of(PROGRESS_EVERY) {
-                progress(Progress {
-                    done: pass.range.size(),
-                    total,
-                });
-            }
+        let signed = run.trust.trusted[trusted_before].clone();
+        let from = run.pass.range.size();
+        run.pass.pending.push_back(signed.clone());
+        run.read_through(js, Some(signed.checkpoint.size), &mut |_| {})
+            .await?;
+        if !run.clean() || run.pass.range.size() < signed.checkpoint.size {
+            return run.finish(options).await;
         }
-    }
-    let size = pass.range.size();
-    progress(Progress { done: size, total });
-    let Pass {
-        range,
-        next,
-        matched,
-        entry_findings,
-        payloads,
-        ..
-    } = pass;
-    findings.extend(entry_findings);
-    if let Some(signed) = trusted.get(next) {
-        findings.push(Finding::CheckpointBeyondLedger {
+        on_event(MonitorEvent::Checkpoint {
             checkpoint_seq: signed.seq,
             size: signed.checkpoint.size,
-            ledger_size: size,
+            root: hex(&signed.checkpoint.root),
+            entries: signed.checkpoint.size - from,
         });
     }
+}
 
-    // Consecutive checkpoints both matched by the recomputed tree are consistent by construction;
-    // the others are checked with proofs from the trusted tiles.
-    if let Some((tiles, _)) = &tiles_trusted {
-        let reader = TileReader::new(tiles.clone());
-        for pair in trusted.windows(2) {
-            let (old, new) = (&pair[0].checkpoint, &pair[1].checkpoint);
-            if matched.contains(&old.size) && matched.contains(&new.size) {
-                continue;
+/// One verification: the trusted checkpoints, the findings so far and the pass over the ledger.
+struct Run {
+    stream: String,
+    checkpoint_stream: String,
+    trust: Trust,
+    findings: Vec<Finding>,
+    notes: Vec<String>,
+    /// The tiles and the size whose signed root vouched for them.
+    tiles_trusted: Option<(TileStore, u64)>,
+    from_size: u64,
+    pass: Pass,
+}
+
+impl Run {
+    async fn start(
+        js: &jetstream::Context,
+        stream: &str,
+        checkpoint_stream: &str,
+        verifiers: &Verifiers,
+        options: &VerifyOptions,
+    ) -> Result<Self> {
+        let mut trust = Trust::new(options.origin.as_deref());
+        for (seq, payload) in read_all(js, checkpoint_stream).await? {
+            trust.take(seq, &payload, verifiers);
+        }
+        let mut findings = Vec::new();
+        let mut notes = Vec::new();
+        if options.check_stream_configs {
+            let (found, noted) = stream_config_findings(js, stream, checkpoint_stream).await;
+            findings.extend(found);
+            notes = noted;
+        }
+
+        // Tiles are trusted for locating entries only once the newest signed root vouches for them.
+        let mut tiles_trusted = None;
+        if let (Some(tiles), Some(newest)) = (&options.tiles, trust.trusted.last()) {
+            let newest = &newest.checkpoint;
+            match TileReader::new(tiles.clone())
+                .check_tiles(newest.size, &newest.root)
+                .await
+            {
+                Ok(()) => tiles_trusted = Some((tiles.clone(), newest.size)),
+                Err(error) => findings.push(tile_finding(error, newest.size)),
             }
-            let checked = match reader.consistency_proof(old.size, new.size).await {
-                Ok(proof) => proof.verify(&old.root, &new.root),
-                Err(error) => Err(error),
+        }
+
+        let mut pass_findings = Vec::new();
+        let start = match &options.from_checkpoint {
+            None => CompactRange::new(),
+            Some(note) => {
+                let start = Checkpoint::open(note, verifiers).map_err(|e| crate::Error::UntrustedStart {
+                    reason: e.to_string(),
+                })?;
+                if let Some(origin) = trust.origin()
+                    && start.origin != origin
+                {
+                    return Err(crate::Error::UntrustedStart {
+                        reason: format!("it is for log {:?}, the ledger's is {origin:?}", start.origin),
+                    });
+                }
+                // The stream must not hold another tree of the same size.
+                for signed in trust.trusted.iter() {
+                    if signed.checkpoint.size == start.size && signed.checkpoint.root != start.root {
+                        findings.push(Finding::CheckpointOrder {
+                            checkpoint_seq: signed.seq,
+                            size: signed.checkpoint.size,
+                            previous_size: start.size,
+                            reason: "the same size as the trusted checkpoint with another root: two trees \
+                                     were signed"
+                                .to_owned(),
+                        });
+                    }
+                }
+                let range = start_range(js, stream, options.tiles.as_ref(), &start).await?;
+                if range.root() != start.root {
+                    pass_findings.push(Finding::StartMismatch {
+                        size: start.size,
+                        trusted_root: hex(&start.root),
+                        computed_root: hex(&range.root()),
+                    });
+                }
+                range
+            }
+        };
+        let from_size = start.size();
+        let mut pass = Pass::new(
+            trust
+                .trusted
+                .iter()
+                .filter(|s| s.checkpoint.size > from_size || (from_size == 0 && s.checkpoint.size == 0))
+                .cloned()
+                .collect(),
+            start,
+        );
+        pass.entry_findings.extend(pass_findings);
+        pass.check_entries = options.check_entries;
+        pass.want_payloads = options.blobs.is_some();
+        Ok(Run {
+            stream: stream.to_owned(),
+            checkpoint_stream: checkpoint_stream.to_owned(),
+            trust,
+            findings,
+            notes,
+            tiles_trusted,
+            from_size,
+            pass,
+        })
+    }
+
+    /// No finding so far.
+    fn clean(&self) -> bool {
+        self.findings.is_empty() && self.pass.entry_findings.is_empty() && self.trust.findings.is_empty()
+    }
+
+    fn newest(&self) -> Option<&Signed> {
+        self.trust.trusted.last()
+    }
+
+    /// Reads the ledger from the pass's size on, through `to` (else to the tail when it started).
+    ///
+    /// Entries are checked (canonical form, parse, leaf hash) a batch at a time on every core while
+    /// the next batch is read; the tree, the tiles and the checkpoints then take them in ledger
+    /// order. At most two batches are in hand, so memory does not grow with the ledger.
+    async fn read_through(
+        &mut self,
+        js: &jetstream::Context,
+        to: Option<u64>,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<()> {
+        let from = self.pass.expected_seq;
+        // Gaps are findings here, not errors: the pass goes on and reports every one.
+        let spec = match to {
+            Some(to) if to < from => return Ok(()),
+            Some(to) => ReadSpec::range(from, to),
+            None => ReadSpec::to_tail(from),
+        };
+        let mut reader = match OrderedReader::open(js, &self.stream, spec.allow_gaps()).await {
+            Ok(reader) => reader,
+            // Nothing after the trusted start: the pass is done.
+            Err(LedgerError::BeyondTail { .. }) => return Ok(()),
+            Err(error) => return Err(error.into()),
+        };
+        let total = reader.last().unwrap_or(0);
+        let (check_entries, want_payloads) = (self.pass.check_entries, self.pass.want_payloads);
+        let mut checking: Option<tokio::task::JoinHandle<Vec<CheckedEntry>>> = None;
+        loop {
+            let batch = reader.next_batch(CHECK_BATCH).await?;
+            let checked = match checking.take() {
+                Some(task) => task.await.map_err(|e| crate::Error::Worker {
+                    reason: e.to_string(),
+                })?,
+                None => Vec::new(),
             };
-            if let Err(error) = checked {
-                findings.push(Finding::CheckpointInconsistent {
-                    checkpoint_seq: pair[1].seq,
-                    old_size: old.size,
-                    new_size: new.size,
-                    reason: error.to_string(),
-                });
+            if batch.is_empty() && checked.is_empty() {
+                break;
+            }
+            if !batch.is_empty() {
+                checking = Some(tokio::task::spawn_blocking(move || {
+                    use rayon::prelude::*;
+                    batch
+                        .into_par_iter()
+                        .map(|message| {
+                            check_entry(message.seq, &message.payload, check_entries, want_payloads)
+                        })
+                        .collect()
+                }));
+            }
+            for entry in checked {
+                self.pass
+                    .take(entry, &mut self.tiles_trusted, &mut self.findings)
+                    .await;
+                if self.pass.range.size().is_multiple_of(PROGRESS_EVERY) {
+                    progress(Progress {
+                        done: self.pass.range.size(),
+                        total,
+                    });
+                }
+            }
+        }
+        progress(Progress {
+            done: self.pass.range.size(),
+            total,
+        });
+        Ok(())
+    }
+
+    /// The report: what the pass left unmatched, the consistency of checkpoints it did not match
+    /// itself, the payload commitments.
+    async fn finish(self, options: &VerifyOptions) -> Result<Report> {
+        let Run {
+            stream,
+            checkpoint_stream,
+            trust,
+            findings,
+            notes,
+            tiles_trusted,
+            from_size,
+            pass,
+        } = self;
+        let Pass {
+            range,
+            mut pending,
+            matched,
+            entry_findings,
+            payloads,
+            ..
+        } = pass;
+        let size = range.size();
+        // In the order found: the checkpoint stream's, the streams' and tiles', the entries'.
+        let mut findings: Vec<Finding> = trust.findings.iter().cloned().chain(findings).collect();
+        findings.extend(entry_findings);
+        if let Some(signed) = pending.pop_front() {
+            findings.push(Finding::CheckpointBeyondLedger {
+                checkpoint_seq: signed.seq,
+                size: signed.checkpoint.size,
+                ledger_size: size,
+            });
+        }
+
+        // Consecutive checkpoints both matched by the recomputed tree are consistent by
+        // construction; the others are checked with proofs from the trusted tiles.
+        if let Some((tiles, _)) = &tiles_trusted {
+            let reader = TileReader::new(tiles.clone());
+            for pair in trust.trusted.windows(2) {
+                let (old, new) = (&pair[0].checkpoint, &pair[1].checkpoint);
+                if old.size < from_size || matched.contains(&old.size) && matched.contains(&new.size) {
+                    continue;
+                }
+                let checked = match reader.consistency_proof(old.size, new.size).await {
+                    Ok(proof) => proof.verify(&old.root, &new.root),
+                    Err(error) => Err(error),
+                };
+                if let Err(error) = checked {
+                    findings.push(Finding::CheckpointInconsistent {
+                        checkpoint_seq: pair[1].seq,
+                        old_size: old.size,
+                        new_size: new.size,
+                        reason: error.to_string(),
+                    });
+                }
+            }
+        }
+
+        let (payloads_checked, payloads_erased) = match &options.blobs {
+            Some(blobs) => {
+                let checked = payloads.check(blobs).await;
+                findings.extend(checked.findings);
+                (checked.checked, checked.erased)
+            }
+            None => (0, 0),
+        };
+        let newest = trust.trusted.last();
+        Ok(Report {
+            ledger_stream: stream,
+            checkpoint_stream,
+            entries: size,
+            from_size,
+            root: hex(&range.root()),
+            checkpoints: trust.read,
+            trusted_checkpoints: trust.trusted.len() as u64,
+            signed_size: newest.map_or(0, |c| c.checkpoint.size),
+            newest_checkpoint: newest.map(|c| c.note.clone()),
+            tiles_checked: options.tiles.is_some(),
+            payloads_checked,
+            payloads_erased,
+            findings,
+            notes,
+        })
+    }
+}
+
+/// The compact range of the tree `start` signs: from the tiles when they hold it, else from the
+/// ledger's first `start.size` entries, hashed (not parsed). The caller compares its root.
+async fn start_range(
+    js: &jetstream::Context,
+    stream: &str,
+    tiles: Option<&TileStore>,
+    start: &Checkpoint,
+) -> Result<CompactRange> {
+    if let Some(tiles) = tiles {
+        match TileReader::new(tiles.clone()).compact_range(start.size).await {
+            Ok(range) if range.root() == start.root => return Ok(range),
+            Ok(_) => tracing::warn!(
+                size = start.size,
+                "the tiles disagree with the trusted checkpoint; hashing the ledger up to it"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, size = start.size, "tiles unusable; hashing the ledger up to the trusted checkpoint")
             }
         }
     }
-
-    let (payloads_checked, payloads_erased) = match &options.blobs {
-        Some(blobs) => {
-            let checked = payloads.check(blobs).await;
-            findings.extend(checked.findings);
-            (checked.checked, checked.erased)
+    let mut range = CompactRange::new();
+    if start.size == 0 {
+        return Ok(range);
+    }
+    let mut reader = OrderedReader::open(js, stream, ReadSpec::range(1, start.size)).await?;
+    loop {
+        let batch = reader.next_batch(CHECK_BATCH).await?;
+        if batch.is_empty() {
+            return Ok(range);
         }
-        None => (0, 0),
-    };
-
-    Ok(Report {
-        ledger_stream: stream.to_owned(),
-        checkpoint_stream: checkpoint_stream.to_owned(),
-        entries: size,
-        root: hex(&range.root()),
-        checkpoints,
-        trusted_checkpoints: trusted.len() as u64,
-        signed_size: newest.map_or(0, |c| c.size),
-        tiles_checked: options.tiles.is_some(),
-        payloads_checked,
-        payloads_erased,
-        findings,
-        notes,
-    })
+        for message in batch {
+            range.append(toolledger_merkle::leaf_hash(&message.payload));
+        }
+    }
 }
 
 /// Whether reading an entry failed only because its bytes are not in RFC 8785 form.
@@ -806,10 +1095,9 @@ fn check_entry(seq: u64, bytes: &[u8], check_entries: bool, want_payloads: bool)
 }
 
 /// The ordered part of a verify pass: the tree the entries so far make, and what it matched.
-struct Pass<'a> {
-    trusted: &'a [Signed],
-    /// The next trusted checkpoint to reach.
-    next: usize,
+struct Pass {
+    /// Trusted checkpoints the tree has not reached yet, in growing size order.
+    pending: std::collections::VecDeque<Signed>,
     range: CompactRange,
     /// Sizes whose signed root the recomputed tree matched.
     matched: std::collections::BTreeSet<u64>,
@@ -820,25 +1108,30 @@ struct Pass<'a> {
     expected_seq: u64,
     entry_findings: Vec<Finding>,
     payloads: PayloadLedger,
+    check_entries: bool,
+    want_payloads: bool,
 }
 
-impl<'a> Pass<'a> {
-    fn new(trusted: &'a [Signed]) -> Self {
+impl Pass {
+    /// A pass continuing from `start` (the empty tree, or a trusted one) towards `pending`.
+    fn new(pending: Vec<Signed>, start: CompactRange) -> Self {
+        let size = start.size();
         let mut pass = Pass {
-            trusted,
-            next: 0,
-            range: CompactRange::new(),
+            pending: pending.into(),
+            range: start,
             matched: std::collections::BTreeSet::new(),
-            good_through: 0,
+            good_through: size,
             altered: None,
             root_mismatch: false,
             tile_cache: None,
-            expected_seq: 1,
+            expected_seq: size + 1,
             entry_findings: Vec::new(),
             payloads: PayloadLedger::default(),
+            check_entries: true,
+            want_payloads: false,
         };
         // A checkpoint of the empty tree has nothing to match but the empty root.
-        while let Some(signed) = trusted.get(pass.next).filter(|s| s.checkpoint.size == 0) {
+        while let Some(signed) = pass.pending.front().filter(|s| s.checkpoint.size == 0) {
             if signed.checkpoint.root != toolledger_merkle::empty_root() {
                 pass.entry_findings.push(Finding::RootMismatch {
                     checkpoint_seq: signed.seq,
@@ -848,7 +1141,7 @@ impl<'a> Pass<'a> {
                     good_through: 0,
                 });
             }
-            pass.next += 1;
+            pass.pending.pop_front();
         }
         pass
     }
@@ -910,11 +1203,9 @@ impl<'a> Pass<'a> {
         }
 
         while let Some(signed) = self
-            .trusted
-            .get(self.next)
-            .filter(|s| s.checkpoint.size == self.range.size())
+            .pending
+            .pop_front_if(|s| s.checkpoint.size == self.range.size())
         {
-            self.next += 1;
             let computed = self.range.root();
             if computed == signed.checkpoint.root {
                 self.matched.insert(signed.checkpoint.size);
@@ -966,14 +1257,20 @@ impl PayloadLedger {
 
     async fn check(self, blobs: &BlobStore) -> PayloadCheck {
         use futures::StreamExt;
-        let erased = &self.erased;
-        let outcomes: Vec<Option<Finding>> = futures::stream::iter(self.refs.iter())
+        let PayloadLedger { refs, erased } = self;
+        let checked = refs.len() as u64;
+        let erased_count = refs
+            .iter()
+            .filter(|(_, tenant, p)| erased.contains(&(tenant.clone(), p.blob_id.clone())))
+            .count() as u64;
+        let erased = &erased;
+        // The references are moved into the checks (owned, so the future stays `Send`).
+        let outcomes: Vec<Option<Finding>> = futures::stream::iter(refs)
             .map(|(seq, tenant, payload)| async move {
-                let seq = *seq;
                 if erased.contains(&(tenant.clone(), payload.blob_id.clone())) {
                     return None;
                 }
-                let tenant = match Tenant::parse(tenant) {
+                let tenant = match Tenant::parse(&tenant) {
                     Ok(tenant) => tenant,
                     Err(error) => {
                         return Some(Finding::PayloadUnchecked {
@@ -983,7 +1280,7 @@ impl PayloadLedger {
                         });
                     }
                 };
-                match blobs.fetch_verified(&tenant, payload).await {
+                match blobs.fetch_verified(&tenant, &payload).await {
                     Ok(_) => None,
                     Err(LedgerError::PayloadMissing { .. }) => Some(Finding::PayloadMissing {
                         seq,
@@ -1006,13 +1303,8 @@ impl PayloadLedger {
             .buffered(PAYLOAD_FETCHES_IN_FLIGHT)
             .collect()
             .await;
-        let erased_count = self
-            .refs
-            .iter()
-            .filter(|(_, tenant, p)| erased.contains(&(tenant.clone(), p.blob_id.clone())))
-            .count() as u64;
         PayloadCheck {
-            checked: self.refs.len() as u64,
+            checked,
             erased: erased_count,
             findings: outcomes.into_iter().flatten().collect(),
         }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::proof::{ConsistencyProof, InclusionProof, consistency_ranges, inclusion_ranges};
 use crate::store::TileStore;
 use crate::tile::{TILE_HEIGHT, TileId, tile_for, tiles_for_size};
-use crate::tree::{NodeId, fold_range, range_nodes, root_of};
+use crate::tree::{CompactRange, NodeId, fold_range, range_nodes, root_of};
 use crate::{Error, Hash, Result};
 
 /// Reads tiles to answer proof and root requests for any tree size the tiles were flushed at.
@@ -62,6 +62,25 @@ impl TileReader {
     pub async fn root(&self, size: u64) -> Result<Hash> {
         let mut roots = self.range_hashes(&[(0, size)], size).await?;
         Ok(roots.pop().unwrap_or_else(crate::tree::empty_root))
+    }
+
+    /// The compact range of the tree of `size` (one perfect subtree root per set bit of `size`, the
+    /// largest first): what appending leaves after `size` starts from.
+    pub async fn compact_range(&self, size: u64) -> Result<CompactRange> {
+        let mut ranges = Vec::new();
+        let mut start = 0u64;
+        for bit in (0..64).rev() {
+            let width = 1u64 << bit;
+            if size & width != 0 {
+                ranges.push((start, start + width));
+                start += width;
+            }
+        }
+        let nodes = self.range_hashes(&ranges, size).await?;
+        CompactRange::from_parts(size, nodes).ok_or(Error::SizeOutOfRange {
+            requested: size,
+            size,
+        })
     }
 
     /// The leaf hash at `index`, read from the tree of `size`'s level-0 tiles.

@@ -3,8 +3,12 @@
 //!
 //! ```text
 //! connect ─▶ verifier keys (--key, else <data_dir>/keys/checkpoint.pub)
-//!   ─▶ toolledger_verify::verify_ledger(--stream, --checkpoints, tiles, blobs)   progress on stderr
-//!   ─▶ summary on stdout (or --json) ─▶ findings? exit 1 naming the first bad position
+//!   ─▶ toolledger_verify::verify_ledger(--stream, --checkpoints, tiles, blobs, --from-checkpoint)
+//!      progress on stderr
+//!   ─▶ summary on stdout (or --json) ─▶ clean? --save-checkpoint writes the newest trusted note
+//!   ─▶ findings? exit 1 naming the first bad position
+//! --monitor: toolledger_verify::monitor ─▶ a line per newly signed checkpoint; exit 1 at the first
+//!   finding, 0 on SIGTERM / Ctrl-C
 //! ```
 
 use std::io::IsTerminal;
@@ -14,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use toolledger_core::config::Config;
 use toolledger_merkle::{TileStore, Verifiers};
-use toolledger_verify::{Progress, VerifyOptions, verify_ledger};
+use toolledger_verify::{MonitorEvent, Progress, VerifyOptions, verify_ledger};
 use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
 
 use super::init::{connect, nats_url};
@@ -61,6 +65,21 @@ pub struct Args {
     /// and checkpoints alone, without NATS.
     #[arg(long, value_name = "PREFIX")]
     pub parquet: Option<String>,
+    /// Continue from a trusted checkpoint instead of seq 1: FILE holds its signed C2SP note (e.g.
+    /// what `--save-checkpoint` wrote after a clean run). It must verify with the keys; only the
+    /// entries after it are read, and its tree must be the ledger's (from the tiles, else re-hashed).
+    #[arg(long, value_name = "FILE", conflicts_with = "parquet")]
+    pub from_checkpoint: Option<PathBuf>,
+    /// After a clean run, write the newest trusted checkpoint's signed note to FILE, for the next
+    /// `--from-checkpoint`.
+    #[arg(long, value_name = "FILE", conflicts_with = "parquet")]
+    pub save_checkpoint: Option<PathBuf>,
+    /// After the pass, follow the checkpoint stream: every newly signed checkpoint must be trusted
+    /// and the entries up to it must make its root. Prints a line per checkpoint; exits non-zero at
+    /// the first finding (an altered entry, a forked or untrusted checkpoint), 0 on SIGTERM/Ctrl-C.
+    /// Payload commitments are left to a full run.
+    #[arg(long, conflicts_with_all = ["parquet", "json"])]
+    pub monitor: bool,
 }
 
 /// The trusted verifier keys from `--key` or the configured default.
@@ -111,12 +130,23 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             args.blobs.as_deref(),
         )?)
     };
+    let from_checkpoint = match &args.from_checkpoint {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the checkpoint to continue from, {}", path.display()))?,
+        ),
+        None => None,
+    };
     let options = VerifyOptions {
         origin: Some(config.ledger.origin.clone()),
         tiles,
         blobs,
+        from_checkpoint,
         ..VerifyOptions::default()
     };
+    if args.monitor {
+        return monitor(&js, &args, &verifiers, &options).await;
+    }
     let mut progress = ProgressReport::new();
     let started = Instant::now();
     let report = verify_ledger(
@@ -136,11 +166,17 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     } else {
         println!(
             "toolledger verify: {} entries of {} in {secs:.1}s ({:.0} entries/s); root {}",
-            report.entries,
+            report.entries - report.from_size,
             report.ledger_stream,
-            report.entries as f64 / secs.max(1e-9),
+            (report.entries - report.from_size) as f64 / secs.max(1e-9),
             report.root
         );
+        if report.from_size > 0 {
+            println!(
+                "toolledger verify: continued from the trusted checkpoint of size {}; the ledger holds {}",
+                report.from_size, report.entries
+            );
+        }
         println!(
             "toolledger verify: {} of {} checkpoints in {} trusted, newest signs {} entries; tiles {}",
             report.trusted_checkpoints,
@@ -172,6 +208,10 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     }
     match report.first_bad() {
         None => {
+            if let (Some(path), Some(note)) = (&args.save_checkpoint, &report.newest_checkpoint) {
+                std::fs::write(path, note)
+                    .with_context(|| format!("writing the newest checkpoint to {}", path.display()))?;
+            }
             if !args.json {
                 println!("toolledger verify: ok");
             }
@@ -181,6 +221,54 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             "verification failed ({} findings); first bad position: {first}",
             report.findings.len()
         ),
+    }
+}
+
+/// `--monitor`: the pass, then a line per newly signed checkpoint until a finding or a signal.
+async fn monitor(
+    js: &async_nats::jetstream::Context,
+    args: &Args,
+    verifiers: &Verifiers,
+    options: &VerifyOptions,
+) -> anyhow::Result<()> {
+    let report = toolledger_verify::monitor(
+        js,
+        &args.stream,
+        &args.checkpoints,
+        verifiers,
+        options,
+        &mut |event| match event {
+            MonitorEvent::CaughtUp { entries, size } => {
+                println!("toolledger verify: caught up: {entries} entries, newest trusted checkpoint signs {size}");
+            }
+            MonitorEvent::Checkpoint {
+                checkpoint_seq,
+                size,
+                root,
+                entries,
+            } => println!(
+                "toolledger verify: checkpoint seq {checkpoint_seq}: size {size} root {root} consistent ({entries} new entries checked)"
+            ),
+        },
+        super::shutdown_signal(),
+    )
+    .await?;
+    for finding in report.findings.iter().take(MAX_PRINTED) {
+        println!("toolledger verify: BAD {finding}");
+    }
+    match report.first_bad() {
+        None => {
+            if let (Some(path), Some(note)) = (&args.save_checkpoint, &report.newest_checkpoint) {
+                std::fs::write(path, note)
+                    .with_context(|| format!("writing the newest checkpoint to {}", path.display()))?;
+            }
+            println!(
+                "toolledger verify: stopped; ok through {} entries",
+                report.entries
+            );
+            Ok(())
+        }
+        Some(first) => anyhow::bail!("monitor stopped at the first finding: {first}"),
     }
 }
 

@@ -6,6 +6,7 @@
 mod bundle;
 mod common;
 mod entries;
+mod incremental;
 mod payloads;
 mod prove;
 mod restart;
