@@ -507,19 +507,62 @@ fn violation(error: ValidationError<'_>) -> Violation {
             let name = error.instance().as_str().unwrap_or_default().to_owned();
             pointer.push('/');
             pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
-            format!("attribute name `{name}` is not allowed: {error}")
+            format!("attribute name is not allowed: {}", rule(error.kind()))
         }
-        _ => shorten(error.to_string()),
+        kind => rule(kind),
     };
     Violation {
         pointer,
         keyword: error.kind().keyword().to_owned(),
-        reason,
+        reason: shorten(reason),
         schema_path: error.schema_path().as_str().to_owned(),
     }
 }
 
-/// Longest reason kept: messages quote the offending value, which may be a 60 KiB result.
+/// The rule a value broke, in the schema's terms only. Never the value itself: reasons go into
+/// quarantine receipts, which the immutable ledger keeps, and a rejected value may be a secret.
+fn rule(kind: &ValidationErrorKind) -> String {
+    use ValidationErrorKind as K;
+    match kind {
+        K::Type { kind } => {
+            let types: Vec<String> = match kind {
+                jsonschema::error::TypeKind::Single(one) => vec![one.to_string()],
+                jsonschema::error::TypeKind::Multiple(set) => set.iter().map(|t| t.to_string()).collect(),
+            };
+            format!("is not of type {}", types.join(" or "))
+        }
+        K::Enum { .. } => "is not one of the values the schema allows".to_owned(),
+        K::Constant { .. } => "is not the value the schema requires".to_owned(),
+        K::MinLength { limit } => format!("is shorter than {limit} characters"),
+        K::MaxLength { limit } => format!("is longer than {limit} characters"),
+        K::Pattern { pattern } => format!("does not match the pattern `{pattern}`"),
+        K::Format { format } => format!("is not a valid `{format}`"),
+        K::Minimum { limit } => format!("is less than {limit}"),
+        K::Maximum { limit } => format!("is greater than {limit}"),
+        K::ExclusiveMinimum { limit } => format!("is not greater than {limit}"),
+        K::ExclusiveMaximum { limit } => format!("is not less than {limit}"),
+        K::MinItems { limit } => format!("has fewer than {limit} items"),
+        K::MaxItems { limit } => format!("has more than {limit} items"),
+        K::MinProperties { limit } => format!("has fewer than {limit} properties"),
+        K::MaxProperties { limit } => format!("has more than {limit} properties"),
+        K::UniqueItems => "has repeated items".to_owned(),
+        K::AdditionalProperties { unexpected } | K::UnevaluatedProperties { unexpected } => {
+            // Property names, like the pointer, are the document's structure, not its values.
+            format!(
+                "has properties the schema does not allow: {}",
+                unexpected.join(", ")
+            )
+        }
+        K::OneOfNotValid { .. } => "matches none of the schema's alternatives".to_owned(),
+        K::OneOfMultipleValid { .. } => "matches more than one of the schema's alternatives".to_owned(),
+        K::AnyOf { .. } => "matches none of the schema's alternatives".to_owned(),
+        K::Not { .. } => "matches a shape the schema forbids".to_owned(),
+        K::FalseSchema => "is not allowed here".to_owned(),
+        other => format!("fails the schema's `{}` rule", other.keyword()),
+    }
+}
+
+/// Longest reason kept.
 const MAX_REASON: usize = 400;
 
 fn shorten(mut reason: String) -> String {

@@ -349,6 +349,9 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
     missing["data"].as_object_mut().unwrap().remove("invocation_id");
     let mut wrong_type = planned.clone();
     wrong_type["data"]["tool_id"] = json!(7);
+    // A value in the wrong place that is a secret: the receipt names the pointer and the rule only.
+    let mut secret_value = planned.clone();
+    secret_value["data"]["status"] = json!({"auth": "Bearer SECRETvalue-0123456789abcdef"});
     let mut unknown = planned.clone();
     unknown["type"] = json!("tool.invocation.exploded");
     let mut mismatch = planned.clone();
@@ -370,6 +373,7 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
         (subject, truncated.to_vec(), "bad_envelope"),
         (subject, structured(&missing), "schema_violation"),
         (subject, structured(&wrong_type), "schema_violation"),
+        (subject, structured(&secret_value), "schema_violation"),
         (
             "atl.in.acme.tool.invocation.exploded",
             structured(&unknown),
@@ -430,6 +434,24 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
         .unwrap();
     assert_eq!(receipt_data(unsafe_receipt)["tenant"], "_unroutable");
     assert_eq!(stored.len(), cases.len() + good.len());
+    let details: Vec<String> = stored
+        .iter()
+        .filter(|e| receipt_data(e)["reason"] == "schema_violation")
+        .map(|e| receipt_data(e)["detail"].to_string())
+        .collect();
+    assert!(
+        details
+            .iter()
+            .any(|d| d.contains("/data/status") && d.contains("is not of type")),
+        "{details:?}"
+    );
+    for entry in &stored {
+        let text = String::from_utf8(entry.canonical_bytes().unwrap()).unwrap();
+        assert!(
+            !text.contains("SECRETvalue"),
+            "a rejected value reached the ledger: {text}"
+        );
+    }
     ingest.stop().await;
 }
 
