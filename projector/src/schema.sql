@@ -2,6 +2,8 @@
 -- rebuilt from it; `position` is written in the same transaction as the rows it covers.
 -- JSON values are stored as TEXT (JSON). Times are kept as the event carried them (RFC 3339 text),
 -- with `*_ns` columns (nanoseconds since the Unix epoch, UTC) where they are compared or ordered.
+-- Indexes hold nothing the tables do not: a projection opened for writing takes this file's indexes
+-- (each `CREATE INDEX` one line), so adding or changing one needs no new schema version.
 
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
@@ -55,6 +57,9 @@ CREATE TABLE sessions (
     event_count   INTEGER NOT NULL,
     PRIMARY KEY (tenant, session_id)
 );
+-- Lists are ordered by first entry and paged by it: a tenant's, and every tenant's (admins).
+CREATE INDEX sessions_by_tenant ON sessions (tenant, first_seq);
+CREATE INDEX sessions_in_order ON sessions (first_seq);
 
 -- One row per invocation, written from its fold (toolledger_schemas::fold): the state machine's state,
 -- the merged snapshot, the four inputs, the error and the tool under the fold's one rule each.
@@ -95,9 +100,13 @@ CREATE TABLE invocations (
     fold                 TEXT NOT NULL,    -- the fold's state (JSON), which the next batch continues
     PRIMARY KEY (tenant, invocation_id)
 );
-CREATE INDEX invocations_by_session ON invocations (tenant, session_id);
+-- Searches are ordered by first entry and paged by it; each filter the web view uses has an index
+-- ending in first_seq, so a page is read in order and stops at its limit.
+CREATE INDEX invocations_by_tenant ON invocations (tenant, first_seq);
+CREATE INDEX invocations_by_session ON invocations (tenant, session_id, first_seq);
+CREATE INDEX invocations_by_tool ON invocations (tenant, tool_id, first_seq);
+CREATE INDEX invocations_by_state ON invocations (tenant, state, first_seq);
 CREATE INDEX invocations_by_retry ON invocations (tenant, retry_of);
-CREATE INDEX invocations_by_state ON invocations (tenant, state);
 
 -- Every state change, with the event that caused it.
 CREATE TABLE invocation_transitions (

@@ -23,6 +23,20 @@ pub const SCHEMA_VERSION: &str = "3";
 /// Prepared statements kept per connection: every statement of the apply path, with room to spare.
 const STATEMENT_CACHE: usize = 128;
 
+/// The indexes [`SCHEMA_SQL`] creates, by name, each with its statement as SQLite keeps it in
+/// `sqlite_master` (the line without its `;`).
+fn schema_indexes() -> BTreeMap<&'static str, &'static str> {
+    SCHEMA_SQL
+        .lines()
+        .filter(|line| line.starts_with("CREATE INDEX "))
+        .filter_map(|line| {
+            let sql = line.trim_end().strip_suffix(';')?;
+            let name = sql.split_whitespace().nth(2)?;
+            Some((name, sql))
+        })
+        .collect()
+}
+
 /// One ledger entry to apply: its ATL_LEDGER sequence and its bytes (the canonical entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawEntry {
@@ -109,7 +123,8 @@ impl Store {
             .sql("schema lookup")?
             > 0;
         if exists {
-            return self.check_version();
+            self.check_version()?;
+            return self.sync_indexes();
         }
         let tx = self.conn.unchecked_transaction().sql("begin schema")?;
         tx.execute_batch(SCHEMA_SQL).sql("create schema")?;
@@ -124,6 +139,54 @@ impl Store {
         )
         .sql("initial position")?;
         tx.commit().sql("commit schema")
+    }
+
+    /// Gives an existing projection this build's indexes: each index [`SCHEMA_SQL`] creates that
+    /// is missing or defined otherwise is (re)built, and one it no longer creates is dropped. An
+    /// index holds nothing the tables do not, so this needs no rebuild and no new schema version;
+    /// it runs once per change, when the writer opens the file, and readers see the indexes from
+    /// their next statement.
+    fn sync_indexes(&self) -> Result<()> {
+        let wanted = schema_indexes();
+        let mut existing = BTreeMap::new();
+        {
+            // `sql` is NULL for the indexes SQLite makes for keys; those are the tables' own.
+            let mut stmt = self
+                .conn
+                .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
+                .sql("list indexes")?;
+            let rows = stmt
+                .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
+                .sql("list indexes")?;
+            for row in rows {
+                let (name, sql) = row.sql("list indexes")?;
+                existing.insert(name, sql);
+            }
+        }
+        let stale: Vec<&String> = existing
+            .iter()
+            .filter(|(name, sql)| wanted.get(name.as_str()) != Some(&sql.as_str()))
+            .map(|(name, _)| name)
+            .collect();
+        let missing: Vec<(&str, &str)> = wanted
+            .iter()
+            .filter(|(name, sql)| existing.get(**name).map(String::as_str) != Some(**sql))
+            .map(|(name, sql)| (*name, *sql))
+            .collect();
+        if stale.is_empty() && missing.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.unchecked_transaction().sql("begin indexes")?;
+        for name in stale {
+            tracing::info!(index = %name, path = %self.path.display(), "dropping an index this build defines otherwise or not at all");
+            tx.execute_batch(&format!("DROP INDEX \"{name}\""))
+                .sql("drop index")?;
+        }
+        for (name, sql) in missing {
+            tracing::info!(index = name, path = %self.path.display(), "building an index this build defines");
+            tx.execute_batch(sql).sql("create index")?;
+        }
+        tx.commit().sql("commit indexes")
     }
 
     fn check_version(&self) -> Result<()> {

@@ -207,6 +207,8 @@ pub fn router(data_dir: &std::path::Path, options: ApiOptions, telemetry: Teleme
         .route("/", get(crate::web::index))
         .route("/ui/{file}", get(crate::web::asset))
         .route("/v1/invocations", get(search))
+        // Not `/v1/invocations/counts`: that would shadow the invocation whose id is `counts`.
+        .route("/v1/invocation-counts", get(counts))
         .route("/v1/invocations/{invocation_id}", get(invocation))
         .route("/v1/sessions", get(sessions))
         .route("/v1/sessions/{session_id}", get(session))
@@ -464,45 +466,54 @@ async fn invocation(
     finish(&state, "invocation", result)
 }
 
+/// The filters of an invocation search, which its counts take too.
+const SEARCH_FILTERS: [&str; 12] = [
+    "tenant",
+    "session_id",
+    "tool_id",
+    "namespace",
+    "status",
+    "error_class",
+    "behavior",
+    "actor",
+    "native_id",
+    "native_key",
+    "from",
+    "to",
+];
+
+/// The search filters of `query`, under the tenant scope of `principal`.
+fn search_filter(principal: &Principal, query: &Query) -> Result<SearchFilter> {
+    Ok(SearchFilter {
+        tenant: principal.scope(query.get("tenant"))?,
+        session_id: query.owned("session_id"),
+        tool_id: query.owned("tool_id"),
+        namespace: query.owned("namespace"),
+        status: query.owned("status"),
+        error_class: query.owned("error_class"),
+        behavior: query.owned("behavior"),
+        actor: query.owned("actor"),
+        native_id: query.owned("native_id"),
+        native_key: query.owned("native_key"),
+        range: params::time_range(query.get("from"), query.get("to"))?,
+        ..SearchFilter::default()
+    })
+}
+
 async fn search(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
     let result = async {
         let principal = state.authenticate(&headers)?;
         let query_text = raw.clone().unwrap_or_default();
         let query = Query::parse(
             raw,
-            &[
-                "tenant",
-                "session_id",
-                "tool_id",
-                "namespace",
-                "status",
-                "error_class",
-                "behavior",
-                "actor",
-                "native_id",
-                "native_key",
-                "from",
-                "to",
-                "limit",
-                "cursor",
-                "format",
-            ],
+            &[&SEARCH_FILTERS[..], &["limit", "cursor", "format"]].concat(),
         )?;
         let ndjson = query.ndjson(&headers)?;
+        let filters = search_filter(&principal, &query)?;
         let filter = SearchFilter {
-            tenant: principal.scope(query.get("tenant"))?,
-            session_id: query.owned("session_id"),
-            tool_id: query.owned("tool_id"),
-            namespace: query.owned("namespace"),
-            status: query.owned("status"),
-            error_class: query.owned("error_class"),
-            behavior: query.owned("behavior"),
-            actor: query.owned("actor"),
-            native_id: query.owned("native_id"),
-            native_key: query.owned("native_key"),
-            range: params::time_range(query.get("from"), query.get("to"))?,
             limit: query.limit()?,
             cursor: query.owned("cursor"),
+            ..filters
         };
         let page = state
             .reader
@@ -528,14 +539,39 @@ async fn search(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuer
     finish(&state, "search", result)
 }
 
+/// Invocations counted by `group_by` under the search's filters. Like stats, counts are not recorded
+/// as reads: they return no invocation or session, only how many match.
+async fn counts(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
+    let result = async {
+        let principal = state.authenticate(&headers)?;
+        let query = Query::parse(raw, &[&SEARCH_FILTERS[..], &["group_by"]].concat())?;
+        let group_by = params::group_by(query.get("group_by"))?;
+        let filter = search_filter(&principal, &query)?;
+        let counts = state
+            .reader
+            .read(move |conn| crate::listing::counts(conn, &filter, group_by))
+            .await?;
+        Ok(json_response(&counts))
+    }
+    .await;
+    finish(&state, "counts", result)
+}
+
 async fn sessions(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
     let result = async {
         let principal = state.authenticate(&headers)?;
-        let query = Query::parse(raw, &["tenant", "from", "to", "limit", "cursor", "format"])?;
+        let query = Query::parse(
+            raw,
+            &[
+                "tenant", "tool_id", "status", "from", "to", "limit", "cursor", "format",
+            ],
+        )?;
         let ndjson = query.ndjson(&headers)?;
         let filter = SessionFilter {
             tenant: principal.scope(query.get("tenant"))?,
             range: params::time_range(query.get("from"), query.get("to"))?,
+            tool_id: query.owned("tool_id"),
+            status: query.owned("status"),
             limit: query.limit()?,
             cursor: query.owned("cursor"),
         };

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! <data_dir>/projections/current ─▶ Reader (read-only connections, blocking threads)
-//!     ─▶ reconstruct | sessions | session_timeline | search | stats | catalog   (this crate's library)
+//!     ─▶ reconstruct | sessions | session_timeline | search | counts | stats | catalog   (this crate's library)
 //!            │                                   │
 //!            ▼                                   ▼
 //!     api (axum, bearer tokens, JSON/NDJSON)   toolledger show/session/search/stats (no server)
@@ -19,7 +19,9 @@
 //! - [`auth`]: bearer tokens stored as SHA-256, compared in constant time; tenant scopes.
 //! - [`reconstruct`]: one invocation — timeline, inputs and mutation diffs, permissions, hooks,
 //!   progress, results, error with retry guidance, native ids, anomalies, payload refs.
-//! - [`listing`]: sessions, a session's timeline, invocation search; cursor pagination.
+//! - [`listing`]: sessions (filtered by their invocations' tool and state), a session's timeline,
+//!   invocation search and its matches counted by state, error class or tool; cursor pagination,
+//!   each list read in order from an index ([`listing::query_plan`] shows the plan).
 //! - [`stats`]: per tool and time bucket, outcome rates and exact latency percentiles.
 //! - [`catalog`]: tools, versions, lifecycle, surfaces, deferred state.
 //! - [`payloads`]: fetches offloaded payloads and checks them against their commitments.
@@ -59,8 +61,8 @@ pub use auth::{Access, Principal, Tokens, token_digest};
 pub use catalog::{Tool, catalog};
 pub use error::{Error, Result};
 pub use listing::{
-    InvocationSummary, Page, SearchFilter, SessionFilter, SessionSummary, SessionTimeline, search,
-    session_timeline, sessions,
+    CountGroup, Counts, GroupBy, InvocationSummary, Page, PlannedRead, SearchFilter, SessionFilter,
+    SessionSummary, SessionTimeline, counts, query_plan, search, session_timeline, sessions,
 };
 pub use reader::Reader;
 pub use reconstruct::{Reconstruction, reconstruct};

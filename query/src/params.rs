@@ -1,6 +1,6 @@
-//! Checking what callers send before any of it reaches SQL: ids, tenants, time ranges, page sizes and
-//! cursors. Statements are parameterized anyway; these checks exist so a caller gets a clear 400
-//! naming the parameter instead of an empty page.
+//! Checking what callers send before any of it reaches SQL: ids, tenants, time ranges, page sizes,
+//! cursors and groupings. Statements are parameterized anyway; these checks exist so a caller gets a
+//! clear 400 naming the parameter instead of an empty page.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::listing::GroupBy;
 
 /// The longest id accepted (invocation, session, tool, native ids).
 pub const MAX_ID_LEN: usize = 256;
@@ -127,6 +128,22 @@ fn cursor_check(body: &str) -> String {
     toolledger_wire::entry::hex(&digest[..8])
 }
 
+/// Parses what invocation counts are grouped by: `state`, `error_class` or `tool_id` (required).
+pub fn group_by(value: Option<&str>) -> Result<GroupBy> {
+    let names = || {
+        GroupBy::ALL
+            .iter()
+            .map(|g| g.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let value = value.ok_or_else(|| Error::invalid("group_by", format!("required: one of {}", names())))?;
+    GroupBy::ALL
+        .into_iter()
+        .find(|g| g.name() == value)
+        .ok_or_else(|| Error::invalid("group_by", format!("`{value}`: use one of {}", names())))
+}
+
 /// Parses a stats bucket width: `<n>m`, `<n>h` or `<n>d` (1m … 31d). Returns nanoseconds.
 pub fn bucket(value: Option<&str>) -> Result<(String, i64)> {
     let value = value.unwrap_or("1h");
@@ -182,5 +199,8 @@ mod tests {
         assert_eq!(bucket(Some("15m")).unwrap().1, 900_000_000_000);
         assert!(bucket(Some("0h")).is_err());
         assert!(bucket(Some("1y")).is_err());
+        assert_eq!(group_by(Some("error_class")).unwrap(), GroupBy::ErrorClass);
+        assert!(group_by(Some("session_id")).is_err());
+        assert!(group_by(None).is_err());
     }
 }

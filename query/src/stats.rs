@@ -9,10 +9,12 @@
 use std::collections::BTreeMap;
 
 use chrono::DateTime;
-use rusqlite::{Connection, params};
+use rusqlite::types::Value as Sql;
+use rusqlite::{Connection, params_from_iter};
 use serde::Serialize;
 
 use crate::error::{Error, Result, SqlContext};
+use crate::listing::{Conditions, Statement};
 use crate::params::TimeRange;
 
 /// The most invocations one stats query may scan; a wider query must narrow its range or tool.
@@ -81,6 +83,11 @@ pub struct Stats {
     pub bucket: String,
     /// One row per tool and bucket with calls, by tool then time.
     pub rows: Vec<StatsRow>,
+    /// The earliest first-event time of the invocations counted (RFC 3339, UTC; `None`: none), so
+    /// a caller can choose a bucket width for the span.
+    pub first_time: Option<String>,
+    /// The latest.
+    pub last_time: Option<String>,
 }
 
 #[derive(Default)]
@@ -97,9 +104,6 @@ struct Acc {
 
 /// Computes stats for `filter`.
 pub fn stats(conn: &Connection, filter: &StatsFilter) -> Result<Stats> {
-    if let Some(tool) = &filter.tool_id {
-        crate::params::id("tool_id", tool)?;
-    }
     if let (Some(from), Some(to)) = (filter.range.from_ns, filter.range.to_ns)
         && (to - from) / filter.bucket_ns > MAX_BUCKETS
     {
@@ -108,25 +112,11 @@ pub fn stats(conn: &Connection, filter: &StatsFilter) -> Result<Stats> {
             format!("more than {MAX_BUCKETS} buckets in the range; use a wider bucket"),
         ));
     }
-    let mut statement = conn
-        .prepare_cached(
-            "SELECT coalesce(i.tool_id, ''), e.event_time_ns, i.state, i.created_at, i.started_at, i.ended_at
-             FROM invocations i JOIN events e ON e.seq = i.first_seq
-             WHERE (?1 IS NULL OR i.tenant = ?1) AND (?2 IS NULL OR i.tool_id = ?2)
-               AND (?3 IS NULL OR e.event_time_ns >= ?3) AND (?4 IS NULL OR e.event_time_ns <= ?4)
-             LIMIT ?5",
-        )
-        .sql("stats")?;
-    let mut rows = statement
-        .query(params![
-            filter.tenant,
-            filter.tool_id,
-            filter.range.from_ns,
-            filter.range.to_ns,
-            (MAX_SCANNED + 1) as i64
-        ])
-        .sql("stats")?;
+    let statement = statement(filter)?;
+    let mut prepared = conn.prepare_cached(&statement.sql).sql("stats")?;
+    let mut rows = prepared.query(params_from_iter(statement.values)).sql("stats")?;
     let mut buckets: BTreeMap<(String, i64), Acc> = BTreeMap::new();
+    let mut span: Option<(i64, i64)> = None;
     let mut scanned = 0usize;
     while let Some(row) = rows.next().sql("stats")? {
         scanned += 1;
@@ -144,6 +134,9 @@ pub fn stats(conn: &Connection, filter: &StatsFilter) -> Result<Stats> {
         let created: Option<String> = row.get(3).sql("stats")?;
         let started: Option<String> = row.get(4).sql("stats")?;
         let ended: Option<String> = row.get(5).sql("stats")?;
+        span = Some(span.map_or((time_ns, time_ns), |(first, last)| {
+            (first.min(time_ns), last.max(time_ns))
+        }));
         let start = time_ns.div_euclid(filter.bucket_ns) * filter.bucket_ns;
         let acc = buckets.entry((tool, start)).or_default();
         acc.calls += 1;
@@ -184,8 +177,7 @@ pub fn stats(conn: &Connection, filter: &StatsFilter) -> Result<Stats> {
             let rate = |n: u64| n as f64 / acc.calls as f64;
             StatsRow {
                 tool_id,
-                bucket_start: DateTime::from_timestamp_nanos(start)
-                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                bucket_start: rfc3339(start, chrono::SecondsFormat::Secs),
                 calls: acc.calls,
                 succeeded: acc.succeeded,
                 failed: acc.failed,
@@ -207,7 +199,35 @@ pub fn stats(conn: &Connection, filter: &StatsFilter) -> Result<Stats> {
     Ok(Stats {
         bucket: filter.bucket.clone(),
         rows,
+        first_time: span.map(|(first, _)| rfc3339(first, chrono::SecondsFormat::AutoSi)),
+        last_time: span.map(|(_, last)| rfc3339(last, chrono::SecondsFormat::AutoSi)),
     })
+}
+
+/// The statement of [`stats`]: only the filters given, so a tenant's (and a tool's) invocations are
+/// read from their index rather than the whole table.
+pub(crate) fn statement(filter: &StatsFilter) -> Result<Statement> {
+    if let Some(tool) = &filter.tool_id {
+        crate::params::id("tool_id", tool)?;
+    }
+    let mut conditions = Conditions::default();
+    conditions.and("i.tenant = ?", filter.tenant.clone().map(Sql::Text));
+    conditions.and("i.tool_id = ?", filter.tool_id.clone().map(Sql::Text));
+    conditions.and("e.event_time_ns >= ?", filter.range.from_ns.map(Sql::Integer));
+    conditions.and("e.event_time_ns <= ?", filter.range.to_ns.map(Sql::Integer));
+    let mut statement = Statement::default();
+    statement.push_sql(
+        "SELECT coalesce(i.tool_id, ''), e.event_time_ns, i.state, i.created_at, i.started_at, i.ended_at
+         FROM invocations i JOIN events e ON e.seq = i.first_seq WHERE true",
+    );
+    statement.push_and(conditions);
+    statement.push_sql(" LIMIT ?");
+    statement.values.push(Sql::Integer((MAX_SCANNED + 1) as i64));
+    Ok(statement)
+}
+
+fn rfc3339(ns: i64, format: chrono::SecondsFormat) -> String {
+    DateTime::from_timestamp_nanos(ns).to_rfc3339_opts(format, true)
 }
 
 fn latency_ms(start: Option<&str>, end: Option<&str>) -> Option<f64> {

@@ -53,19 +53,6 @@ export async function get(path, params) {
   return (await request(path, params, 'application/json')).json();
 }
 
-/** Every page of a listing, following next_cursor, up to `cap` items; {items, truncated}. */
-export async function all(path, params, cap = 5000) {
-  const items = [];
-  let cursor = null;
-  for (;;) {
-    const page = await get(path, { ...params, limit: 1000, cursor });
-    items.push(...page.items);
-    if (!page.next_cursor) return { items, truncated: false };
-    if (items.length >= cap) return { items, truncated: true };
-    cursor = page.next_cursor;
-  }
-}
-
 /** An NDJSON body as an array of parsed lines; a line with `error` ends it as an ApiError. */
 export async function ndjson(path, params) {
   const text = await (await request(path, params, 'application/x-ndjson')).text();

@@ -1,9 +1,12 @@
-// Sessions with filters (tenant, tool, status, time range) and counts. /v1/sessions filters by
-// tenant and time; tool and status come from /v1/invocations with the same filters, grouped by
-// session, so a session is listed when one of its invocations matches.
+// Sessions with filters (tenant, tool, status, time range) and counts, all worked out by the server:
+// /v1/sessions lists the sessions holding an invocation that matches the tool and status, a page at a
+// time, each with the states of its matching invocations; /v1/invocation-counts totals them by state.
 
-import { h, link, stateClass, time, duration, table, empty } from './dom.js';
-import { get, all } from './api.js';
+import { h, link, stateClass, time, duration, table, empty, errorBox } from './dom.js';
+import { get } from './api.js';
+
+// Sessions a page; more are fetched on request, following the server's cursor.
+const PAGE = 100;
 
 const STATES = ['succeeded', 'failed', 'denied', 'timed_out', 'canceled', 'validation_failed', 'schema_parse_failed',
   'blocked', 'running', 'awaiting_approval', 'queued', 'planned', 'unknown'];
@@ -43,60 +46,74 @@ function chips(counts) {
     .map(([state, n]) => h('span', { class: `chip ${stateClass(state)}`, title: state, 'data-state': state }, `${n} ${state}`)));
 }
 
+function sessionRow(s) {
+  const span = s.first_time && s.last_time ? new Date(s.last_time) - new Date(s.first_time) : null;
+  return h('tr', { 'data-session': s.session_id, 'data-tenant': s.tenant },
+    h('td', {}, link(['session', s.tenant, s.session_id], s.session_id, { class: 'mono', 'data-test': 'session-link' })),
+    h('td', {}, s.tenant),
+    h('td', { class: 'nowrap' }, time(s.first_time)),
+    h('td', { class: 'num nowrap' }, duration(span)),
+    h('td', { class: 'num', 'data-test': 'session-invocations' }, String(s.invocation_count)),
+    h('td', { class: 'num' }, String(s.event_count)),
+    h('td', {}, chips(s.states)));
+}
+
 export async function renderSessions(view, query, stale) {
   const tenant = query.get('tenant') || null;
   const tool = query.get('tool') || null;
   const status = query.get('status') || null;
   const range = { from: rfc3339(query.get('from')), to: rfc3339(query.get('to')) };
-  const [sessions, invocations, catalog] = await Promise.all([
-    all('/v1/sessions', { tenant, ...range }),
-    all('/v1/invocations', { tenant, tool_id: tool, status, ...range }, 20000),
+  const filters = { tenant, tool_id: tool, status, ...range };
+  const [first, totals, catalog] = await Promise.all([
+    get('/v1/sessions', { ...filters, limit: PAGE }),
+    get('/v1/invocation-counts', { ...filters, group_by: 'state' }),
     get('/v1/tools', { tenant }).catch(() => ({ tools: [] })),
   ]);
   if (stale()) return;
   // The tenants this token can read, as the server showed them; an admin may narrow to one.
-  const tenants = [...new Set([...sessions.items.map((s) => s.tenant), ...(tenant ? [tenant] : [])])].sort();
+  const tenants = [...new Set([...catalog.tools.map((t) => t.tenant), ...first.items.map((s) => s.tenant),
+    ...(tenant ? [tenant] : [])])].sort();
   const tools = [...new Set(catalog.tools.map((t) => t.tool_id).concat(tool ? [tool] : []))].sort();
-  const bySession = new Map();
-  for (const inv of invocations.items) {
-    if (!inv.session_id) continue;
-    const key = `${inv.tenant}\u0000${inv.session_id}`;
-    const counts = bySession.get(key) || {};
-    counts[inv.state] = (counts[inv.state] || 0) + 1;
-    bySession.set(key, counts);
-  }
+  const states = Object.fromEntries(totals.groups.map((g) => [g.key, g.count]));
   const narrowed = Boolean(tool || status);
-  const shown = sessions.items.filter((s) => (!tenant || s.tenant === tenant) &&
-    (!narrowed || bySession.has(`${s.tenant}\u0000${s.session_id}`)));
-  const totals = {};
-  for (const inv of invocations.items) {
-    if (shown.some((s) => s.tenant === inv.tenant && s.session_id === inv.session_id)) totals[inv.state] = (totals[inv.state] || 0) + 1;
-  }
-  const matching = Object.values(totals).reduce((a, b) => a + b, 0);
+  let shown = first.items.length;
+  const sessionCount = h('strong', { 'data-test': 'session-count' }, String(shown));
+  const moreNote = h('span', { 'data-test': 'more-sessions-note' }, first.next_cursor ? ' shown, more to load' : '');
   view.append(
     h('h1', {}, 'Sessions'),
     filterForm(query, tenants, tools),
     h('p', { class: 'counts', 'data-test': 'counts' },
-      h('strong', { 'data-test': 'session-count' }, String(shown.length)), ' sessions · ',
-      h('strong', { 'data-test': 'invocation-count' }, String(matching)), narrowed ? ' matching invocations' : ' invocations', ' · ',
-      chips(totals),
-      sessions.truncated || invocations.truncated ? h('span', { class: 'warn' }, ' (first pages only: narrow the time range)') : null));
-  if (!shown.length) {
+      sessionCount, ' sessions', moreNote, ' · ',
+      h('strong', { 'data-test': 'invocation-count' }, String(totals.total)), narrowed ? ' matching invocations' : ' invocations', ' · ',
+      chips(states)));
+  if (!first.items.length) {
     view.append(empty('No session matches these filters.'));
     return;
   }
-  const rows = shown.map((s) => {
-    const counts = bySession.get(`${s.tenant}\u0000${s.session_id}`) || {};
-    const span = s.first_time && s.last_time ? new Date(s.last_time) - new Date(s.first_time) : null;
-    return h('tr', { 'data-session': s.session_id, 'data-tenant': s.tenant },
-      h('td', {}, link(['session', s.tenant, s.session_id], s.session_id, { class: 'mono', 'data-test': 'session-link' })),
-      h('td', {}, s.tenant),
-      h('td', { class: 'nowrap' }, time(s.first_time)),
-      h('td', { class: 'num nowrap' }, duration(span)),
-      h('td', { class: 'num', 'data-test': 'session-invocations' }, String(s.invocation_count)),
-      h('td', { class: 'num' }, String(s.event_count)),
-      h('td', {}, chips(counts)));
+  const list = table(['session', 'tenant', 'started', 'span', 'invocations', 'events', 'final states'],
+    first.items.map(sessionRow), { 'data-test': 'sessions' });
+  view.append(h('div', { class: 'card flush' }, list));
+  let cursor = first.next_cursor;
+  if (!cursor) return;
+  const more = h('button', { type: 'button', 'data-test': 'more-sessions' }, `Next ${PAGE} sessions`);
+  more.addEventListener('click', async () => {
+    more.disabled = true;
+    try {
+      const next = await get('/v1/sessions', { ...filters, limit: PAGE, cursor });
+      if (stale()) return;
+      list.tBodies[0].append(...next.items.map(sessionRow));
+      shown += next.items.length;
+      sessionCount.textContent = String(shown);
+      cursor = next.next_cursor;
+      if (!cursor) {
+        moreNote.textContent = '';
+        more.remove();
+      }
+    } catch (error) {
+      if (!stale()) more.after(errorBox(error));
+    } finally {
+      more.disabled = false;
+    }
   });
-  view.append(h('div', { class: 'card flush' },
-    table(['session', 'tenant', 'started', 'span', 'invocations', 'events', 'final states'], rows, { 'data-test': 'sessions' })));
+  view.append(h('p', {}, more));
 }

@@ -1,8 +1,8 @@
 // The tool catalog (versions, lifecycle) and, for the selected tool, charts from /v1/stats (calls
-// per bucket by outcome, p50/p95 latency) and its error classes from /v1/invocations.
+// per bucket by outcome, p50/p95 latency) and its error classes from /v1/invocation-counts.
 
 import { h, link, duration, section, table, empty } from './dom.js';
-import { get, all } from './api.js';
+import { get } from './api.js';
 import { stackedBars, lines, hbars } from './charts.js';
 
 const OUTCOMES = [
@@ -11,10 +11,11 @@ const OUTCOMES = [
 ];
 const BUCKETS = [['1m', 60e3], ['5m', 300e3], ['15m', 900e3], ['1h', 3600e3], ['6h', 21600e3], ['1d', 86400e3], ['7d', 604800e3], ['31d', 2678400e3]];
 
-function bucketFor(items) {
-  const times = items.map((i) => Date.parse(i.first_time)).filter((t) => !Number.isNaN(t));
-  const span = times.length ? Math.max(...times) - Math.min(...times) : 0;
-  return (BUCKETS.find(([, width]) => span / width <= 40) || BUCKETS[BUCKETS.length - 1])[0];
+// The narrowest bucket that draws the span from the first call to the last in at most 40 bars.
+function bucketFor(first, last) {
+  const span = Date.parse(last) - Date.parse(first);
+  const width = Number.isNaN(span) ? 0 : span;
+  return (BUCKETS.find(([, w]) => width / w <= 40) || BUCKETS[BUCKETS.length - 1])[0];
 }
 
 function label(iso, bucket) {
@@ -24,12 +25,16 @@ function label(iso, bucket) {
 }
 
 async function toolPanel(tool) {
-  const invocations = await all('/v1/invocations', { tenant: tool.tenant, tool_id: tool.tool_id }, 20000);
-  const bucket = bucketFor(invocations.items);
-  const stats = await get('/v1/stats', { tenant: tool.tenant, tool_id: tool.tool_id, bucket });
+  const scope = { tenant: tool.tenant, tool_id: tool.tool_id };
+  // The widest bucket first: few rows, and the span of the calls to choose the chart's bucket from.
+  const [overview, errors] = await Promise.all([
+    get('/v1/stats', { ...scope, bucket: '31d' }),
+    get('/v1/invocation-counts', { ...scope, group_by: 'error_class' }),
+  ]);
+  const bucket = bucketFor(overview.first_time, overview.last_time);
+  const stats = bucket === overview.bucket ? overview : await get('/v1/stats', { ...scope, bucket });
   const rows = stats.rows.filter((r) => r.tool_id === tool.tool_id).sort((a, b) => a.bucket_start.localeCompare(b.bucket_start));
-  const classes = {};
-  for (const inv of invocations.items) if (inv.error_class) classes[inv.error_class] = (classes[inv.error_class] || 0) + 1;
+  const classes = Object.fromEntries(errors.groups.filter((g) => g.key !== null).map((g) => [g.key, g.count]));
   const totals = rows.reduce((t, r) => { t.calls += r.calls; t.ok += r.succeeded; return t; }, { calls: 0, ok: 0 });
   const p95 = rows.map((r) => r.latency_p95_ms).filter((v) => v !== null);
   const panel = h('div', { 'data-test': 'tool-panel', 'data-tool': tool.tool_id });
@@ -66,11 +71,10 @@ async function toolPanel(tool) {
 }
 
 export async function renderTools(view, tenant, toolId, query, stale) {
-  const [{ tools }, usage] = await Promise.all([get('/v1/tools', {}), get('/v1/stats', { bucket: '31d' })]);
+  const [{ tools }, usage] = await Promise.all([get('/v1/tools', {}), get('/v1/invocation-counts', { group_by: 'tool_id' })]);
   if (stale()) return;
   // Without a choice, the most called tool (calls summed over the readable tenants).
-  const calls = {};
-  for (const r of usage.rows) calls[r.tool_id] = (calls[r.tool_id] || 0) + r.calls;
+  const calls = Object.fromEntries(usage.groups.filter((g) => g.key !== null).map((g) => [g.key, g.count]));
   const busiest = [...tools].sort((a, b) => (calls[b.tool_id] || 0) - (calls[a.tool_id] || 0))[0];
   const selected = tools.find((t) => t.tenant === tenant && t.tool_id === toolId) || busiest;
   view.append(h('h1', {}, 'Tools'),

@@ -105,19 +105,34 @@ try {
   check(script.ok && script.headers.get('content-type').startsWith('text/javascript'), '/ui/app.js is JavaScript');
   check((await fetch(`${base}/v1/sessions`)).status === 401, '/v1 still needs a token');
 
-  // Sessions, as the admin sees them.
+  // Sessions, as the admin sees them. The page groups nothing itself: it reads the session list and
+  // the counts the server works out, never the invocation list.
+  const beforeSessions = requests.length;
   await signIn(adminToken);
   const sessions = await apiAll('/v1/sessions');
   const invocations = await apiAll('/v1/invocations');
   const rows = await page.$$eval('table[data-test=sessions] tbody tr', (trs) => trs.map((tr) => ({
     session: tr.dataset.session, tenant: tr.dataset.tenant,
-    invocations: Number(tr.querySelector('[data-test=session-invocations]').textContent) })));
+    invocations: Number(tr.querySelector('[data-test=session-invocations]').textContent),
+    states: Object.fromEntries([...tr.querySelectorAll('.chip[data-state]')].map((c) => [c.dataset.state, parseInt(c.textContent, 10)])) })));
   check(rows.length === sessions.length, `sessions list shows all ${sessions.length} sessions`, `(${rows.length})`);
   check(await page.textContent('[data-test=session-count]') === String(sessions.length), 'session count matches the API');
-  check(await page.textContent('[data-test=invocation-count]') === String(invocations.filter((i) => i.session_id).length), 'invocation count matches the API');
+  check(await page.textContent('[data-test=invocation-count]') === String(invocations.length), 'invocation count matches the API');
   check(rows.every((r) => sessions.find((s) => s.session_id === r.session && s.tenant === r.tenant)?.invocation_count === r.invocations),
     'each session row shows its invocation count');
+  const statesOf = (tenantName, sessionId, keep = () => true) => {
+    const counts = {};
+    for (const i of invocations) {
+      if (i.tenant === tenantName && i.session_id === sessionId && keep(i)) counts[i.state] = (counts[i.state] || 0) + 1;
+    }
+    return JSON.stringify(Object.entries(counts).sort());
+  };
+  check(rows.every((r) => JSON.stringify(Object.entries(r.states).sort()) === statesOf(r.tenant, r.session)),
+    'each session row shows its invocations by final state');
   check(new Set(rows.map((r) => r.tenant)).size >= 2, 'the admin sees both tenants');
+  const sessionsPageReads = requests.slice(beforeSessions).map((r) => new URL(r.url).pathname);
+  check(!sessionsPageReads.includes('/v1/invocations') && sessionsPageReads.includes('/v1/invocation-counts'),
+    'the sessions page counts on the server, not from the invocation list', sessionsPageReads.join(' '));
   await shot('sessions');
 
   // Filters: tenant, then status.
@@ -129,9 +144,15 @@ try {
   await page.selectOption('select[data-filter=status]', 'failed');
   await ready();
   const failedSessions = new Set(invocations.filter((i) => i.tenant === tenant && i.state === 'failed').map((i) => i.session_id));
-  const statusRows = await page.$$eval('table[data-test=sessions] tbody tr', (trs) => trs.map((tr) => tr.dataset.session));
-  check(statusRows.length === failedSessions.size && statusRows.every((s) => failedSessions.has(s)),
+  const statusRows = await page.$$eval('table[data-test=sessions] tbody tr', (trs) => trs.map((tr) => ({
+    session: tr.dataset.session,
+    states: Object.fromEntries([...tr.querySelectorAll('.chip[data-state]')].map((c) => [c.dataset.state, parseInt(c.textContent, 10)])) })));
+  check(statusRows.length === failedSessions.size && statusRows.every((r) => failedSessions.has(r.session)),
     'status filter lists the sessions with a failed invocation');
+  check(statusRows.every((r) => JSON.stringify(Object.entries(r.states).sort()) === statesOf(tenant, r.session, (i) => i.state === 'failed')),
+    'and each row counts only its failed invocations');
+  const failedCount = invocations.filter((i) => i.tenant === tenant && i.state === 'failed').length;
+  check(await page.textContent('[data-test=invocation-count]') === String(failedCount), `the failed invocations of ${tenant} are counted (${failedCount})`);
 
   // The session of the tenant with the most invocations that holds a permission decision.
   const mine = sessions.filter((s) => s.tenant === tenant).sort((a, b) => b.invocation_count - a.invocation_count)[0];
@@ -192,6 +213,7 @@ try {
   await shot('verification');
 
   // Tools and their charts.
+  const beforeTools = requests.length;
   await navigate('#nav a[data-nav=tools]');
   const tools = (await api('/v1/tools')).tools;
   check((await page.$$('table[data-test=tools] tbody tr')).length === tools.length, `catalog lists all ${tools.length} tools`);
@@ -201,6 +223,18 @@ try {
   const panelTenant = (await page.textContent('[data-test=tool-panel] h2')).split(' · ')[1];
   const toolCalls = (await apiAll('/v1/invocations', { tenant: panelTenant, tool_id: panelTool })).length;
   check(await page.textContent('[data-test=tool-calls]') === String(toolCalls), `calls of ${panelTool} match the API (${toolCalls})`);
+  const errorClasses = {};
+  for (const i of await apiAll('/v1/invocations', { tenant: panelTenant, tool_id: panelTool })) {
+    if (i.error_class) errorClasses[i.error_class] = (errorClasses[i.error_class] || 0) + 1;
+  }
+  // Each bar: its class (right-aligned label) then its count.
+  const bars = await page.$$eval('[data-test=tool-panel] figure:last-child svg.chart text', (texts) => texts.map((t) => t.textContent));
+  const drawn = {};
+  for (let i = 0; i + 1 < bars.length; i += 2) drawn[bars[i]] = Number(bars[i + 1]);
+  check(JSON.stringify(Object.entries(drawn).sort()) === JSON.stringify(Object.entries(errorClasses).sort()),
+    `error classes of ${panelTool} drawn with their counts`, JSON.stringify({ drawn, errorClasses }));
+  check(!requests.slice(beforeTools).some((r) => new URL(r.url).pathname === '/v1/invocations'),
+    'the tools page reads no invocation list');
   await shot('tools');
 
   // Tampering, at the boundary: the browser receives an altered inclusion proof and must say so.

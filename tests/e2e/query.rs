@@ -713,6 +713,48 @@ fn api_and_cli_match_the_generator_truth_and_refuse_bad_input() {
         "search",
     );
 
+    // Counts group exactly what the search finds over all its pages, whatever the grouping.
+    for (filters, group_by) in [
+        ("tenant=acme", "state"),
+        ("tenant=acme&tool_id=fs.read_file", "error_class"),
+        ("tenant=globex&status=failed", "tool_id"),
+    ] {
+        let path = format!("/v1/invocation-counts?{filters}&group_by={group_by}");
+        let reply = request(api, "GET", &path, Some(ADMIN_TOKEN));
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        let counts = reply.json();
+        contract.check("InvocationCounts", &counts);
+        assert_eq!(counts["group_by"], group_by);
+        assert_eq!(
+            counts["total"].as_u64().unwrap() as usize,
+            search(filters).len(),
+            "{path}: {counts}"
+        );
+    }
+    // A session list narrowed by status holds the sessions of the invocations the search finds.
+    let failed = all_pages(
+        &contract,
+        api,
+        "/v1/sessions?tenant=acme&status=failed&limit=1",
+        "SessionPage",
+    );
+    let failed_sessions: BTreeSet<String> = all_pages(
+        &contract,
+        api,
+        "/v1/invocations?tenant=acme&status=failed",
+        "InvocationPage",
+    )
+    .iter()
+    .filter_map(|i| i["session_id"].as_str().map(str::to_owned))
+    .collect();
+    assert_eq!(ids(&Value::from(failed.clone()), "session_id"), failed_sessions);
+    assert!(
+        failed
+            .iter()
+            .all(|s| s["states"].as_object().unwrap().keys().all(|k| k == "failed")),
+        "{failed:?}"
+    );
+
     // Stats per tool against the truth's outcomes; the percentiles are ordered.
     let reply = request(api, "GET", "/v1/stats?tenant=acme&bucket=1d", Some(ADMIN_TOKEN));
     assert_eq!(reply.status, 200, "{}", reply.body);
@@ -1227,6 +1269,17 @@ fn a_tenant_token_reads_nothing_of_another_tenant_and_every_read_is_recorded() {
         (format!("/v1/invocations/{globex_inv}?tenant=globex"), 403),
         ("/v1/sessions".to_owned(), 200),
         ("/v1/sessions?tenant=globex".to_owned(), 403),
+        ("/v1/sessions?status=failed".to_owned(), 200),
+        ("/v1/sessions?tenant=globex&status=failed".to_owned(), 403),
+        ("/v1/invocation-counts?group_by=state".to_owned(), 200),
+        (
+            "/v1/invocation-counts?group_by=tool_id&tenant=globex".to_owned(),
+            403,
+        ),
+        (
+            format!("/v1/invocation-counts?group_by=state&session_id={globex_session}"),
+            200,
+        ),
         (format!("/v1/sessions/{globex_session}"), 404),
         (format!("/v1/sessions/{globex_session}?format=ndjson"), 404),
         ("/v1/stats".to_owned(), 200),
@@ -1260,6 +1313,12 @@ fn a_tenant_token_reads_nothing_of_another_tenant_and_every_read_is_recorded() {
             no_leak(path, &echoed);
         }
     }
+    // Counting another tenant's session through a filter finds nothing of it.
+    let counted = get(&format!(
+        "/v1/invocation-counts?group_by=state&session_id={globex_session}"
+    ))
+    .json();
+    assert_eq!(counted["total"], 0, "{counted}");
     for seq in globex_seqs.iter().take(5) {
         let reply = get(&format!("/v1/proofs/inclusion?seq={seq}"));
         contract.error(&reply, 404, "not_found");

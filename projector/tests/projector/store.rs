@@ -64,3 +64,55 @@ fn entries_apply_once_a_gap_is_refused_and_bad_bytes_are_indexed_with_their_prob
     assert_eq!(store.position().unwrap(), 40);
     assert_eq!(count(&store, "events"), 40);
 }
+
+/// Every index of the file, by name, with the statement SQLite keeps for it.
+fn indexes(store: &Store) -> Vec<(String, String)> {
+    let mut stmt = store
+        .connection()
+        .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn an_existing_projection_takes_this_builds_indexes_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = Store::open(&dir.path().join("fresh.sqlite"), Default::default()).unwrap();
+    let want = indexes(&fresh);
+    // Each index of schema.sql, and nothing else.
+    let created: Vec<&str> = toolledger_projector::SCHEMA_SQL
+        .lines()
+        .filter(|l| l.starts_with("CREATE INDEX"))
+        .collect();
+    assert_eq!(want.len(), created.len());
+    assert!(want.iter().any(|(name, _)| name == "invocations_by_tool"));
+
+    // A projection written by an older build: one index missing, one defined otherwise, one extra.
+    let path = dir.path().join("old.sqlite");
+    let mut store = Store::open(&path, Default::default()).unwrap();
+    store.apply_batch(&entries(60)).unwrap();
+    store
+        .connection()
+        .execute_batch(
+            "DROP INDEX invocations_by_tool;
+             DROP INDEX invocations_by_state;
+             CREATE INDEX invocations_by_state ON invocations (tenant, state);
+             CREATE INDEX invocations_by_actor ON invocations (actor_ref);",
+        )
+        .unwrap();
+    let tables = store.table_contents().unwrap();
+    assert_ne!(indexes(&store), want);
+    drop(store);
+
+    let store = Store::open(&path, Default::default()).unwrap();
+    assert_eq!(indexes(&store), want);
+    assert_eq!(store.table_contents().unwrap(), tables);
+    assert_eq!(store.position().unwrap(), 60);
+    // A reader opens it as it is; only the writer changes indexes.
+    drop(store);
+    let reader = Store::open_readonly(&path).unwrap();
+    assert_eq!(indexes(&reader), want);
+}

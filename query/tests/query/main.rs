@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // a panic is how a test reports failure
 
+mod lists;
 mod payloads;
 mod serve;
 

@@ -27,11 +27,20 @@ impl HttpResponse {
 /// GETs `path` from `addr` with `Connection: close` and reads the whole response.
 /// Handles the plain and chunked bodies a small server sends.
 pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<HttpResponse> {
+    get(addr, path, "")
+}
+
+/// [`http_get`] with `Authorization: Bearer <token>`.
+pub fn http_get_as(addr: SocketAddr, path: &str, token: &str) -> std::io::Result<HttpResponse> {
+    get(addr, path, &format!("Authorization: Bearer {token}\r\n"))
+}
+
+fn get(addr: SocketAddr, path: &str, extra_headers: &str) -> std::io::Result<HttpResponse> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra_headers}Connection: close\r\n\r\n"
     )?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;

@@ -8,7 +8,8 @@
 //!   captured, and stops it with SIGTERM or kills it with SIGKILL; fault tests are built on it.
 //! - [`S3Fixture`]: a real S3-compatible server (moto) on a free loopback port with one bucket; can be
 //!   paused (SIGSTOP) and resumed for fault tests.
-//! - [`http_get`]: a minimal HTTP/1.1 GET for scraping `/metrics` and `/healthz` without a client stack.
+//! - [`http_get`]: a minimal HTTP/1.1 GET for scraping `/metrics` and `/healthz` without a client stack;
+//!   [`http_get_as`] sends a bearer token with it.
 //! - [`ledger`]: ledger entries as ingest would write them ([`entry_bytes`]), appended in order
 //!   ([`append_events`]), and generated sessions ([`generated`]): what tests that fill ATL_LEDGER
 //!   without ingest share.
@@ -25,7 +26,7 @@ mod process;
 mod s3;
 
 pub use cluster::{CLUSTER_SIZE, NatsCluster};
-pub use http::{HttpResponse, http_get};
+pub use http::{HttpResponse, http_get, http_get_as};
 pub use ledger::{
     append_events, create_ledger, entry_bytes, entry_bytes_with_refs, generated, ledger_subject,
 };

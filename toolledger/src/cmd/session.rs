@@ -117,6 +117,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
                     .map_err(exit_for)?,
                 limit,
                 cursor: args.cursor.clone(),
+                ..SessionFilter::default()
             };
             let page = reader
                 .read(move |conn| toolledger_query::sessions(conn, &filter))
