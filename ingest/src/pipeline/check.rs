@@ -60,6 +60,17 @@ pub(crate) fn check(original: &Original, received: DateTime<Utc>) -> Result<Chec
     let source = decoded.event.source.clone();
     let tenant = decoded.tenant;
     let class = decoded.class;
+    // The ledger's own records (access, erasure, quarantine receipts) come from the ledger alone,
+    // whatever the NATS permissions let a producer publish: a forged erasure record must not be able
+    // to vouch that content is gone, nor a forged access record to show in another tenant's audit.
+    if class.is_ledger_own() && tenant != Tenant::system() {
+        return Err(Rejection {
+            reason: QuarantineReason::ReservedClass,
+            detail: format!("`{class}` is the ledger's own class; only the `_system` tenant writes it"),
+            tenant,
+            event_id: Some(event_id),
+        });
+    }
     let ledger = LedgerMetadata::received(
         received,
         decoded.origin,

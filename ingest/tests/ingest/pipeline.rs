@@ -354,6 +354,9 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
     secret_value["data"]["status"] = json!({"auth": "Bearer SECRETvalue-0123456789abcdef"});
     let mut unknown = planned.clone();
     unknown["type"] = json!("tool.invocation.exploded");
+    // One of the ledger's own records from a producer: a forged erasure record.
+    let mut forged_erasure = planned.clone();
+    forged_erasure["type"] = json!("toolledger.erasure.completed");
     let mut mismatch = planned.clone();
     mismatch["tenant"] = json!("globex");
     let mut dotted = planned.clone();
@@ -378,6 +381,11 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
             "atl.in.acme.tool.invocation.exploded",
             structured(&unknown),
             "unknown_class",
+        ),
+        (
+            "atl.in.acme.toolledger.erasure.completed",
+            structured(&forged_erasure),
+            "reserved_class",
         ),
         (subject, structured(&mismatch), "tenant_mismatch"),
         (subject, structured(&dotted), "tenant_mismatch"),

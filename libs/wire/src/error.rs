@@ -33,6 +33,9 @@ pub enum QuarantineReason {
     /// A payload the event references (a producer upload) is missing, of another tenant, or does not
     /// match its stated size or digest.
     BadPayload,
+    /// A producer sent one of the ledger's own `toolledger.*` classes (an access record, an erasure
+    /// record, a quarantine receipt): only the ledger's `_system` tenant writes those.
+    ReservedClass,
 }
 
 impl QuarantineReason {
@@ -47,6 +50,7 @@ impl QuarantineReason {
         Self::DuplicateConflict,
         Self::PoisonMessage,
         Self::BadPayload,
+        Self::ReservedClass,
     ];
 
     /// The stable snake_case name, also a NATS subject token.
@@ -61,6 +65,7 @@ impl QuarantineReason {
             Self::DuplicateConflict => "duplicate_conflict",
             Self::PoisonMessage => "poison_message",
             Self::BadPayload => "bad_payload",
+            Self::ReservedClass => "reserved_class",
         }
     }
 }
@@ -235,7 +240,8 @@ mod tests {
                 "schema_violation",
                 "duplicate_conflict",
                 "poison_message",
-                "bad_payload"
+                "bad_payload",
+                "reserved_class"
             ]
         );
         for reason in QuarantineReason::ALL {
