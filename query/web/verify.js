@@ -176,8 +176,35 @@ async function verifyEntry(shown, proof, keys, notes) {
 }
 
 /**
+ * The inclusion proofs of every entry of an invocation in one request: its evidence bundle (one
+ * signed checkpoint, an audit path per entry; docs/evidence-bundles.md), each entry reshaped as
+ * /v1/proofs/inclusion answers, by seq. Nothing in it is taken on trust: verifyEntry recomputes
+ * the leaf, the path's root and the checkpoint's signature as for a single proof.
+ */
+async function bundleProofs(reconstruction) {
+  const bundle = await get(`/v1/invocations/${encodeURIComponent(reconstruction.invocation_id)}/bundle`,
+    { tenant: reconstruction.tenant });
+  const lines = bundle.checkpoint.split('\n');
+  let root = '';
+  try { root = hex(fromBase64(lines[2] || '')); } catch { root = ''; }
+  const decoder = new TextDecoder('utf-8', { fatal: true });
+  const bySeq = new Map();
+  for (const e of bundle.entries) {
+    let entry = '';
+    try { entry = decoder.decode(fromBase64(e.entry)); } catch { entry = ''; }
+    bySeq.set(e.seq, {
+      ledger_seq: e.seq, leaf_index: e.seq - 1, tree_size: Number(lines[1]), entry,
+      leaf_hash: hex(await leafHash(utf8.encode(entry))), proof: e.inclusion_proof, root, checkpoint: bundle.checkpoint,
+    });
+  }
+  return bySeq;
+}
+
+/**
  * Verifies every timeline entry of a reconstruction. Returns {ok, failure, firstBad, entries, key}.
- * `progress(done, total)` is told as proofs come in.
+ * The proofs come in one request (the invocation's evidence bundle); when it cannot be had (an entry
+ * not signed yet), each entry's proof is asked for on its own. `progress(done, total)` is told as
+ * entries are checked.
  */
 export async function verifyInvocation(reconstruction, progress = () => {}) {
   const text = pinnedKey();
@@ -191,10 +218,12 @@ export async function verifyInvocation(reconstruction, progress = () => {}) {
   const notes = new Map();
   const entries = [];
   const timeline = reconstruction.timeline;
+  let bundled = new Map();
+  try { bundled = await bundleProofs(reconstruction); } catch { bundled = new Map(); }
   for (const shown of timeline) {
-    let proof;
+    let proof = bundled.get(shown.seq);
     try {
-      proof = await get('/v1/proofs/inclusion', { seq: shown.seq });
+      if (!proof) proof = await get('/v1/proofs/inclusion', { seq: shown.seq });
     } catch (error) {
       const failure = error.code === 'no_checkpoint' ? 'not yet signed' : 'proof unavailable';
       entries.push({ seq: shown.seq, ok: false, failure, steps: [step('proof from the server', false, `${error.status} ${error.code}: ${error.message}`)] });
@@ -234,14 +263,14 @@ export async function renderVerification(view, tenant, id, stale) {
   const r = await get(`/v1/invocations/${encodeURIComponent(id)}`, { tenant, payloads: 'none' });
   if (stale()) return;
   const status = h('div', { class: 'verify-status', 'data-test': 'verify-status' }, badge(null));
-  const progress = h('p', { class: 'muted' }, `fetching ${r.timeline.length} inclusion proofs…`);
+  const progress = h('p', { class: 'muted' }, `fetching the inclusion proofs of ${r.timeline.length} entries…`);
   const body = h('div');
   view.append(
     h('p', { class: 'crumbs' }, link(['sessions'], 'Sessions'), ' / ',
       r.session_id ? link(['session', r.tenant, r.session_id], r.session_id) : 'no session', ' / ',
       link(['invocation', r.tenant, r.invocation_id], r.invocation_id), ' / verification'),
     h('h1', {}, 'Verification ', h('span', { class: 'mono' }, r.invocation_id), ' ', stateBadge(r.state)),
-    h('p', { class: 'muted' }, 'Computed in this browser from the inclusion proofs and the signed checkpoint served by /v1; the server is not trusted for the verdict.'),
+    h('p', { class: 'muted' }, 'Computed in this browser from the inclusion proofs and the signed checkpoint served by /v1 (the invocation\'s evidence bundle); the server is not trusted for the verdict.'),
     status, progress, body);
   const result = await verifyInvocation(r, (done, total) => { progress.textContent = `checked ${done} of ${total} entries`; });
   if (stale()) return;

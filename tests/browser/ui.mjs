@@ -203,13 +203,17 @@ try {
     await page.textContent('[data-test=verified-badge]'));
   await shot('invocation');
 
-  // Its verification, step by step.
+  // Its verification, step by step: every proof in one request (the invocation's evidence bundle).
+  const beforeVerify = requests.length;
   await navigate('[data-test=verify-link]');
   await page.waitForSelector('[data-test=verify-status] [data-test=verified-badge]:not([data-verified=pending])', { timeout: 60000 });
   check(await page.getAttribute('[data-test=verify-status] [data-test=verified-badge]', 'data-verified') === 'true', 'verification page: verified');
   check((await page.$$('table[data-test=verify-steps] td.step-ok')).length === chosen.timeline.length * 5, 'five steps passed for every entry');
   const keyId = verifierKey.split('+').slice(0, 2).join('+');
   check(await page.textContent('[data-test=pinned-key]') === keyId, `the verifying key is shown (${keyId})`);
+  const verifyReads = requests.slice(beforeVerify).map((r) => new URL(r.url).pathname);
+  check(!verifyReads.includes('/v1/proofs/inclusion') && verifyReads.filter((p) => p.endsWith('/bundle')).length === 1,
+    'the verification page asks for its proofs in one request', JSON.stringify(verifyReads));
   await shot('verification');
 
   // Tools and their charts.
@@ -240,12 +244,19 @@ try {
   // Tampering, at the boundary: the browser receives an altered inclusion proof and must say so.
   const target = chosen.timeline[Math.min(2, chosen.timeline.length - 1)].seq;
   const verifyHash = `#/verify/${encodeURIComponent(tenant)}/${encodeURIComponent(chosen.invocation_id)}`;
+  // `alter(proof, bundle)`: `proof` is the target entry's, reshaped as /v1/proofs/inclusion's
+  // (entry text, audit path, checkpoint) and written back into the bundle the browser receives.
   async function tampered(alter) {
-    await page.route(`**/v1/proofs/inclusion?seq=${target}`, async (route) => {
+    await page.route('**/v1/invocations/*/bundle?*', async (route) => {
       const response = await route.fetch();
-      const body = await response.json();
-      alter(body);
-      await route.fulfill({ response, body: JSON.stringify(body) });
+      const bundle = await response.json();
+      const entry = bundle.entries.find((e) => e.seq === target);
+      const proof = { entry: Buffer.from(entry.entry, 'base64').toString('utf8'), proof: entry.inclusion_proof, checkpoint: bundle.checkpoint };
+      alter(proof);
+      entry.entry = Buffer.from(proof.entry, 'utf8').toString('base64');
+      entry.inclusion_proof = proof.proof;
+      bundle.checkpoint = proof.checkpoint;
+      await route.fulfill({ response, body: JSON.stringify(bundle) });
     });
     await go('#/sessions');
     await go(verifyHash);
