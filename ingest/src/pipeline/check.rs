@@ -78,6 +78,14 @@ pub(crate) fn check(original: &Original, received: DateTime<Utc>) -> Result<Chec
         decoded.envelope_fields,
     );
     let json = decoded.event.into_json();
+    if let Some((pointer, key)) = json.get("data").and_then(|data| reserved_marker(data, "/data")) {
+        return Err(Rejection {
+            reason: QuarantineReason::ReservedMarker,
+            detail: format!("{pointer}: a `{key}` object is the ledger's own marker; only ingest writes it"),
+            tenant,
+            event_id: Some(event_id),
+        });
+    }
     if let Err(error) = toolledger_schemas::validate_event(&json) {
         return Err(Rejection {
             reason: match error {
@@ -97,4 +105,38 @@ pub(crate) fn check(original: &Original, received: DateTime<Utc>) -> Result<Chec
         source,
         event_id,
     })
+}
+
+/// The JSON Pointer (under `at`) of the first object in `value` holding a marker key only ingest
+/// writes (`$scrubbed`, `$payload`), and the key. Nothing is allocated unless one is found.
+fn reserved_marker(value: &Value, at: &str) -> Option<(String, &'static str)> {
+    let (mut segments, key) = find_reserved(value)?;
+    segments.reverse();
+    let mut pointer = at.to_owned();
+    for segment in segments {
+        pointer.push('/');
+        pointer.push_str(&segment.replace('~', "~0").replace('/', "~1"));
+    }
+    Some((pointer, key))
+}
+
+/// [`reserved_marker`]'s walk: the path to the marker object, innermost segment first.
+fn find_reserved(value: &Value) -> Option<(Vec<String>, &'static str)> {
+    const RESERVED: [&str; 2] = [crate::scrub::SCRUBBED_KEY, toolledger_ledger::PAYLOAD_KEY];
+    let (mut path, key, segment) = match value {
+        Value::Object(map) => {
+            if let Some(key) = RESERVED.into_iter().find(|key| map.contains_key(*key)) {
+                return Some((Vec::new(), key));
+            }
+            map.iter()
+                .find_map(|(name, child)| find_reserved(child).map(|(path, key)| (path, key, name.clone())))?
+        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, child)| find_reserved(child).map(|(path, key)| (path, key, i.to_string())))?,
+        _ => return None,
+    };
+    path.push(segment);
+    Some((path, key))
 }

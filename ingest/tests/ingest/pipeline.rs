@@ -357,6 +357,9 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
     // One of the ledger's own records from a producer: a forged erasure record.
     let mut forged_erasure = planned.clone();
     forged_erasure["type"] = json!("toolledger.erasure.completed");
+    // A producer's look-alike of ingest's own markers: it would claim a scrub that did not happen.
+    let mut forged_marker = planned.clone();
+    forged_marker["data"]["model_input"] = json!({"cmd": {"$scrubbed": "hmac-sha256:00"}});
     let mut mismatch = planned.clone();
     mismatch["tenant"] = json!("globex");
     let mut dotted = planned.clone();
@@ -387,6 +390,7 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
             structured(&forged_erasure),
             "reserved_class",
         ),
+        (subject, structured(&forged_marker), "reserved_marker"),
         (subject, structured(&mismatch), "tenant_mismatch"),
         (subject, structured(&dotted), "tenant_mismatch"),
         (subject, structured(&wildcard), "tenant_mismatch"),
@@ -460,6 +464,18 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
             "a rejected value reached the ledger: {text}"
         );
     }
+    let marker_receipt = stored
+        .iter()
+        .find(|e| receipt_data(e)["reason"] == "reserved_marker")
+        .unwrap();
+    assert!(
+        receipt_data(marker_receipt)["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("/data/model_input/cmd:"),
+        "{}",
+        receipt_data(marker_receipt)
+    );
     ingest.stop().await;
 }
 

@@ -36,6 +36,9 @@ pub enum QuarantineReason {
     /// A producer sent one of the ledger's own `toolledger.*` classes (an access record, an erasure
     /// record, a quarantine receipt): only the ledger's `_system` tenant writes those.
     ReservedClass,
+    /// A producer's event holds an object only ingest writes: a `{"$scrubbed": …}` or
+    /// `{"$payload": …}` marker (it would claim a scrub or an offload that did not happen).
+    ReservedMarker,
 }
 
 impl QuarantineReason {
@@ -51,6 +54,7 @@ impl QuarantineReason {
         Self::PoisonMessage,
         Self::BadPayload,
         Self::ReservedClass,
+        Self::ReservedMarker,
     ];
 
     /// The stable snake_case name, also a NATS subject token.
@@ -66,6 +70,7 @@ impl QuarantineReason {
             Self::PoisonMessage => "poison_message",
             Self::BadPayload => "bad_payload",
             Self::ReservedClass => "reserved_class",
+            Self::ReservedMarker => "reserved_marker",
         }
     }
 }
@@ -241,7 +246,8 @@ mod tests {
                 "duplicate_conflict",
                 "poison_message",
                 "bad_payload",
-                "reserved_class"
+                "reserved_class",
+                "reserved_marker"
             ]
         );
         for reason in QuarantineReason::ALL {
