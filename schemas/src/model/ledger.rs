@@ -22,8 +22,8 @@ pub struct PermissionRequest {
     /// The tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_id: Option<String>,
-    /// The input the policy, approval or classifier evaluates (required by the ledger schema; any JSON,
-    /// `null` included).
+    /// The input the policy, approval or classifier evaluates (any JSON, `null` included); optional,
+    /// as the spec defines no object for this class.
     #[serde(
         default,
         deserialize_with = "super::present",

@@ -226,3 +226,17 @@ mod properties {
         }
     }
 }
+
+/// The accept-and-flag rule for the ledger's own shapes: only what the official schemas require may
+/// cause a rejection. The spec defines no object for `tool.permission.requested`, so a request
+/// without `permission_input` (what an independent producer sends) is valid.
+#[test]
+fn a_permission_request_without_its_input_is_valid() {
+    let request = json!({"decision_id": "perm_1", "invocation_id": "inv_1",
+        "requested_at": "2026-05-08T00:00:00Z"});
+    validate_object(ObjectKind::PermissionRequest, &request).unwrap();
+    assert_eq!(
+        validate_event(&event(EventClass::PermissionRequested, request)).unwrap(),
+        EventClass::PermissionRequested
+    );
+}
