@@ -251,8 +251,11 @@ fn encode_table<R: Sync>(
     Ok((Manifest::new(table, LEDGER, first, last, entries), files))
 }
 
-/// Writes a closed range: manifests first, then files. Returns (files, bytes).
-async fn write_segment(options: &Options, segment: Segment) -> Result<(u64, u64)> {
+/// Writes a closed range with the invocation versions `tracker` collected for it: manifests first,
+/// then files. Returns (files, bytes).
+async fn write_segment(options: &Options, tracker: &mut Tracker, mut segment: Segment) -> Result<(u64, u64)> {
+    // The range's `invocations` rows: a version of each invocation it changed.
+    segment.invocations = tracker.take_rows();
     if segment.first == 0 {
         return Ok((0, 0));
     }
@@ -508,11 +511,10 @@ pub async fn run(
         );
         let (stored, at) = load_tracker(&options, newest.first_seq - 1).await?;
         (tracker, _) = read_range(&js, &stream, at + 1, newest.first_seq - 1, stored, false).await?;
-        let mut segment;
+        let segment;
         (tracker, segment) =
             read_range(&js, &stream, newest.first_seq, newest.last_seq, tracker, true).await?;
-        segment.invocations = tracker.take_rows();
-        let (files, bytes) = write_segment(&options, segment).await?;
+        let (files, bytes) = write_segment(&options, &mut tracker, segment).await?;
         tracker = save_tracker(&options, tracker, newest.last_seq).await?;
         summary.position = newest.last_seq;
         summary.ranges += 1;
@@ -549,8 +551,7 @@ pub async fn run(
         if due {
             let last = segment.last;
             let entries = segment.entries();
-            segment.invocations = tracker.take_rows();
-            let (files, bytes) = write_segment(&options, std::mem::take(&mut segment)).await?;
+            let (files, bytes) = write_segment(&options, &mut tracker, std::mem::take(&mut segment)).await?;
             tracker = save_tracker(&options, tracker, last).await?;
             summary.position = last;
             summary.ranges += 1;

@@ -91,16 +91,21 @@ export async function parseVerifierKey(text) {
   return keys;
 }
 
+/** A checkpoint body's origin, size (NaN when not a number) and root (null when not base64). */
+function checkpointFields(text) {
+  const lines = text.split('\n');
+  const size = /^(0|[1-9][0-9]*)$/.test(lines[1] || '') ? Number(lines[1]) : NaN;
+  let root = null;
+  try { root = fromBase64(lines[2] || ''); } catch { root = null; }
+  return { origin: lines[0], size, root };
+}
+
 /** A C2SP signed note holding a tlog checkpoint, checked against `keys`. */
 export async function openCheckpoint(note, keys) {
   const split = note.lastIndexOf('\n\n');
   if (split < 0) return { ok: false, step: 'signature', failure: 'bad signature', detail: 'the note has no signature block' };
   const text = note.slice(0, split + 1);
-  const lines = text.slice(0, -1).split('\n');
-  const origin = lines[0];
-  const size = /^(0|[1-9][0-9]*)$/.test(lines[1] || '') ? Number(lines[1]) : NaN;
-  let root = null;
-  try { root = fromBase64(lines[2] || ''); } catch { root = null; }
+  const { origin, size, root } = checkpointFields(text.slice(0, -1));
   const signers = [];
   let verifiedBy = null;
   for (const line of note.slice(split + 2).split('\n').filter(Boolean)) {
@@ -184,17 +189,16 @@ async function verifyEntry(shown, proof, keys, notes) {
 async function bundleProofs(reconstruction) {
   const bundle = await get(`/v1/invocations/${encodeURIComponent(reconstruction.invocation_id)}/bundle`,
     { tenant: reconstruction.tenant });
-  const lines = bundle.checkpoint.split('\n');
-  let root = '';
-  try { root = hex(fromBase64(lines[2] || '')); } catch { root = ''; }
+  const { size, root } = checkpointFields(bundle.checkpoint);
   const decoder = new TextDecoder('utf-8', { fatal: true });
   const bySeq = new Map();
   for (const e of bundle.entries) {
     let entry = '';
     try { entry = decoder.decode(fromBase64(e.entry)); } catch { entry = ''; }
     bySeq.set(e.seq, {
-      ledger_seq: e.seq, leaf_index: e.seq - 1, tree_size: Number(lines[1]), entry,
-      leaf_hash: hex(await leafHash(utf8.encode(entry))), proof: e.inclusion_proof, root, checkpoint: bundle.checkpoint,
+      ledger_seq: e.seq, leaf_index: e.seq - 1, tree_size: size, entry,
+      leaf_hash: hex(await leafHash(utf8.encode(entry))), proof: e.inclusion_proof, root: root ? hex(root) : '',
+      checkpoint: bundle.checkpoint,
     });
   }
   return bySeq;

@@ -78,7 +78,7 @@ pub(crate) fn check(original: &Original, received: DateTime<Utc>) -> Result<Chec
         decoded.envelope_fields,
     );
     let json = decoded.event.into_json();
-    if let Some((pointer, key)) = json.get("data").and_then(|data| reserved_marker(data, "/data")) {
+    if let Some((pointer, key)) = json.get("data").and_then(reserved_marker) {
         return Err(Rejection {
             reason: QuarantineReason::ReservedMarker,
             detail: format!("{pointer}: a `{key}` object is the ledger's own marker; only ingest writes it"),
@@ -107,17 +107,14 @@ pub(crate) fn check(original: &Original, received: DateTime<Utc>) -> Result<Chec
     })
 }
 
-/// The JSON Pointer (under `at`) of the first object in `value` holding a marker key only ingest
-/// writes (`$scrubbed`, `$payload`), and the key. Nothing is allocated unless one is found.
-fn reserved_marker(value: &Value, at: &str) -> Option<(String, &'static str)> {
-    let (mut segments, key) = find_reserved(value)?;
-    segments.reverse();
-    let mut pointer = at.to_owned();
-    for segment in segments {
-        pointer.push('/');
-        pointer.push_str(&segment.replace('~', "~0").replace('/', "~1"));
-    }
-    Some((pointer, key))
+/// The JSON Pointer (under `/data`) of the first object in an event's `data` holding a marker key
+/// only ingest writes (`$scrubbed`, `$payload`), and the key. Nothing is allocated unless one is
+/// found.
+fn reserved_marker(data: &Value) -> Option<(String, &'static str)> {
+    let (mut tokens, key) = find_reserved(data)?;
+    tokens.push("data".to_owned());
+    tokens.reverse();
+    Some((crate::scrub::to_pointer(&tokens), key))
 }
 
 /// [`reserved_marker`]'s walk: the path to the marker object, innermost segment first.
