@@ -158,12 +158,14 @@ pub async fn rebuild(options: &Options) -> anyhow::Result<Section> {
              every entry parsed and applied to every projection table (invocations, state machine, inputs, \
              permissions, results, catalog, indexes) in transactions of {batch}, then `current` switched. \
              **raw insert**: the rows the rebuild wrote — every projection table's, read back from it once \
-             outside the timing, so already in memory — inserted into a fresh database of the same schema \
-             and indexes, table by table in stored order (the cheapest order for SQLite's B-trees), with one \
-             cached prepared INSERT per table, the same journal mode (WAL, synchronous=NORMAL) and the same \
-             number of transactions as the rebuild commits: the writes no projector can avoid. \
-             **projector apply alone**: the same entries, already in memory, through the projector's \
-             `Store::apply_batch` into a fresh database — the rebuild without NATS. **NATS read**: reading \
+             outside the timing, so already in memory — inserted into a fresh database of the same schema, \
+             table by table in stored order (the cheapest order for SQLite's B-trees), with one cached \
+             prepared INSERT per table, the rebuild's journal (in memory, synchronous=OFF: nobody reads a \
+             rebuild's file before it is complete) and as many transactions as the rebuild commits, then \
+             the same secondary indexes built once and one sync, as the rebuild does: the writes no \
+             projector can avoid. **projector apply alone**: the same \
+             entries, already in memory, through the projector's rebuild path (`Store::open_for_rebuild`, \
+             `apply_batch` per batch, `finish_rebuild`) into a fresh database — the rebuild without NATS. **NATS read**: reading \
              the ledger in order and discarding it — the floor under any rebuild.",
             ledger.describe()
         ),
@@ -218,20 +220,24 @@ pub async fn rebuild(options: &Options) -> anyhow::Result<Section> {
 }
 
 /// Why the rebuild target is missed and what would close it (see the section's figures).
-const REBUILD_MISS: &str = "the baseline inserts the very rows the rebuild wrote (every table, the same \
-    schema and indexes, as many transactions), so the gap is the projector's own work. Reading is not it — \
-    the NATS read alone runs at many times the rebuild's rate. Entries are parsed and classified on a \
-    second thread while the writer applies, and the writer's statements stay prepared; a profile of the \
-    apply alone (perf, the projector's apply_bench example) then puts about 56 % of the writer's time inside \
-    SQLite — a quarter of that committing and checkpointing the WAL, which the baseline pays too — and most \
-    of the rest in the invocation fold: loading, merging and re-serializing JSON snapshots, and rewriting an \
-    invocation's row in every batch that touches it. The rebuild runs below the apply alone because the \
-    NATS reader, nats-server and the decoder share the 2 cores with the writer. What would close it: keep \
-    invocation folds in memory across a rebuild's batches and write each row once, write typed records \
-    without a JSON round trip, and build secondary indexes once at the end of a rebuild.";
+const REBUILD_MISS: &str = "the baseline inserts the very rows the rebuild wrote, loaded as the \
+    rebuild loads its file (tables first, the secondary indexes built once at the end, the journal in \
+    memory and one sync, as many transactions), so the gap is the projector's own work; reading is not \
+    it — the NATS read alone runs at many times the rebuild's rate. Entries are parsed and classified on \
+    a second thread while the writer applies, the writer's statements stay prepared, and a rebuild keeps \
+    invocation folds in memory across batches, so most invocations' rows are written once. A profile of \
+    the apply alone (perf on the projector's apply_bench example) puts about a third of its CPU in the \
+    decoder's strict parse (I-JSON and canonical-form checks into a JSON value, then a typed event) and \
+    most of the writer's own share, beside SQLite, in records merged through JSON: a result, hook, \
+    progress or permission request loads its stored object, merges the event into it, decodes it typed and \
+    serializes it again; and the fold and snapshot of every invocation are serialized for its row. The \
+    rebuild runs below the apply alone because the NATS reader, nats-server and the decoder share the 2 \
+    cores with the writer. What would close it: hold the records an invocation owns in memory beside its \
+    fold and write them typed, without the JSON round trip, and check entries with a validating scan \
+    instead of building a JSON value";
 
 fn apply_only(path: &std::path::Path, entries: &[PendingEntry], batch: usize) -> anyhow::Result<()> {
-    let mut store = toolledger_projector::Store::open(path, Default::default())?;
+    let mut store = toolledger_projector::Store::open_for_rebuild(path, Default::default())?;
     let mut seq = 0u64;
     for chunk in entries.chunks(batch.max(1)) {
         let raw: Vec<toolledger_projector::RawEntry> = chunk
@@ -246,6 +252,7 @@ fn apply_only(path: &std::path::Path, entries: &[PendingEntry], batch: usize) ->
             .collect();
         store.apply_batch(&raw)?;
     }
+    store.finish_rebuild()?;
     Ok(())
 }
 
@@ -278,10 +285,16 @@ impl ProjectionRows {
     /// Inserts every row into a fresh database at `path` of the projector's schema, in
     /// `transactions` transactions of about equal size, one prepared statement per table.
     fn insert_into(&self, path: &std::path::Path, transactions: usize) -> anyhow::Result<()> {
+        // The rebuild's journal (in memory, no syncs until one at the end), so the baseline pays
+        // no write the rebuild avoids.
         let conn = rusqlite::Connection::open(path)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.execute_batch(toolledger_projector::SCHEMA_SQL)?;
+        conn.pragma_update(None, "journal_mode", "MEMORY")?;
+        conn.pragma_update(None, "synchronous", "OFF")?;
+        // Tables first, secondary indexes once the rows are in, as the rebuild does.
+        let (indexes, tables): (Vec<&str>, Vec<&str>) = toolledger_projector::SCHEMA_SQL
+            .lines()
+            .partition(|line| line.starts_with("CREATE INDEX "));
+        conn.execute_batch(&tables.join("\n"))?;
         let total: usize = self.tables.iter().map(|(_, rows)| rows.len()).sum();
         let per_transaction = total.div_ceil(transactions.max(1)).max(1);
         let mut in_transaction = 0;
@@ -298,6 +311,9 @@ impl ProjectionRows {
             }
         }
         conn.execute_batch("COMMIT")?;
+        conn.execute_batch(&indexes.join("\n"))?;
+        std::fs::File::open(path)?.sync_all()?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
         Ok(())
     }
 }

@@ -2,8 +2,11 @@
 //! `Store::apply_batch` into a fresh SQLite file — no NATS, no ingest.
 //!
 //! ```text
-//! cargo run --release -p toolledger-projector --example apply_bench -- [SESSIONS] [RUNS] [BATCH]
+//! cargo run --release -p toolledger-projector --example apply_bench -- [SESSIONS] [RUNS] [BATCH] [follow]
 //! ```
+//!
+//! By default the store is a rebuild's (`Store::open_for_rebuild`, then `finish_rebuild`, timed);
+//! `follow` applies as the live projector does (`Store::open`, every batch's invocation rows).
 //!
 //! Generates SESSIONS sessions (default 400: three tenants, all 27 classes, about 60 entries each),
 //! canonicalizes them as ingest would, then applies them RUNS times (default 5) in batches of BATCH
@@ -26,6 +29,7 @@ fn main() {
     let sessions = next(400);
     let runs = next(5).max(1);
     let batch = next(500).max(1);
+    let follow = std::env::args().nth(4).as_deref() == Some("follow");
 
     let generated = generate(&GeneratorConfig {
         seed: 23,
@@ -56,11 +60,19 @@ fn main() {
     let mut cpu_rates = Vec::with_capacity(runs);
     for run in 1..=runs {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("apply.sqlite"), Default::default()).unwrap();
+        let path = dir.path().join("apply.sqlite");
+        let mut store = if follow {
+            Store::open(&path, Default::default()).unwrap()
+        } else {
+            Store::open_for_rebuild(&path, Default::default()).unwrap()
+        };
         let started = Instant::now();
         let cpu_started = thread_cpu();
         for chunk in entries.chunks(batch) {
             store.apply_batch(chunk).unwrap();
+        }
+        if !follow {
+            store.finish_rebuild().unwrap();
         }
         let elapsed = started.elapsed();
         let rate = entries.len() as f64 / elapsed.as_secs_f64();
@@ -102,3 +114,6 @@ fn thread_cpu() -> Option<Duration> {
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     Some(Duration::from_millis(ticks * 10))
 }
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -41,6 +41,10 @@ pub enum Error {
         /// The sequence that was read.
         next: u64,
     },
+    /// A rebuild's batch failed, taking the invocation folds it held in memory: the rebuild's
+    /// database is incomplete and is discarded.
+    #[error("a batch of this rebuild failed; its database is incomplete: run the rebuild again")]
+    RebuildBroken,
     /// The database was written by a build with another schema: rebuild it.
     #[error("{path} has projection schema {found}, this build writes {expected}: run `toolledger rebuild`")]
     SchemaVersion {

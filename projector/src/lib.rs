@@ -14,8 +14,8 @@
 //! - `apply` (private): what one entry does to the tables — the events index, the invocation
 //!   through the one invocation fold ([`toolledger_schemas::fold`]: state, snapshot, inputs and
 //!   mutations, error, tool; anomalies recorded, never dropped; each invocation's row written once
-//!   per batch), decisions, hooks, progress, results, catalog, surfaces, deferred refs, sessions
-//!   and the ledger's own records. Partial snapshots are merged field by field.
+//!   per batch, or once per rebuild for most), decisions, hooks, progress, results, catalog,
+//!   surfaces, deferred refs, sessions and the ledger's own records. Partial snapshots are merged field by field.
 //! - [`generation`]: `<data_dir>/projections/gen-<n>/` and the atomically switched `current` pointer.
 //! - [`sql`]: analysts' read-only SQL over one tenant's views, under an authorizer and time and row
 //!   limits ([`run_sql`]).

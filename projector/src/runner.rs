@@ -380,7 +380,7 @@ pub async fn rebuild(
     tracing::info!(generation = %generation.name(), target, "rebuilding the projection");
     let database = generation.database();
     let state = options.state;
-    let mut store = tokio::task::spawn_blocking(move || Store::open(&database, state))
+    let mut store = tokio::task::spawn_blocking(move || Store::open_for_rebuild(&database, state))
         .await
         .map_err(|e| Error::WriterStopped {
             reason: e.to_string(),
@@ -405,6 +405,17 @@ pub async fn rebuild(
         }
     }
     let position = store.position()?;
+    tracing::info!(generation = %generation.name(), position, "ledger applied; writing the last invocations and building indexes");
+    let started = Instant::now();
+    let store = tokio::task::spawn_blocking(move || {
+        let mut store = store;
+        store.finish_rebuild().map(|()| store)
+    })
+    .await
+    .map_err(|e| Error::WriterStopped {
+        reason: e.to_string(),
+    })??;
+    tracing::info!(generation = %generation.name(), elapsed = ?started.elapsed(), "indexes built");
     drop(store);
     let replaced = generations.current()?;
     generations.switch_to(&generation)?;

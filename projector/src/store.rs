@@ -46,11 +46,28 @@ pub struct RawEntry {
     pub bytes: Vec<u8>,
 }
 
+/// Invocation folds a rebuild holds across batches before it writes the least recently touched
+/// half out (a fold is a few KB: tens of MB at most).
+const REBUILD_FOLDS: usize = 20_000;
+
 /// A projection database.
 pub struct Store {
     conn: Connection,
     path: PathBuf,
     state: StateConfig,
+    mode: Mode,
+    /// The folds a rebuild holds before it spills ([`REBUILD_FOLDS`]; tests lower it).
+    rebuild_folds: usize,
+}
+
+/// How a store writes invocation rows.
+enum Mode {
+    /// Each batch writes the rows of the invocations it touched (the position covers them).
+    Follow,
+    /// A rebuild ([`Store::open_for_rebuild`]): invocation folds kept across batches.
+    Rebuild(apply::Invocations),
+    /// A rebuild whose batch failed: the folds it held are gone, so nothing more is applied.
+    Broken,
 }
 
 impl std::fmt::Debug for Store {
@@ -87,9 +104,79 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             state,
+            mode: Mode::Follow,
+            rebuild_folds: REBUILD_FOLDS,
         };
         store.init_schema()?;
         Ok(store)
+    }
+
+    /// Opens a new database at `path` for a rebuild: a file nobody reads until
+    /// [`Store::finish_rebuild`] completes it. Until then it has no secondary indexes (each is
+    /// built once, at the end, instead of kept in every insert), and invocation rows are written
+    /// when their folds leave memory rather than in every batch, so the file is complete only
+    /// after `finish_rebuild`; a rebuild that stops before it is discarded, never resumed.
+    pub fn open_for_rebuild(path: &Path, state: StateConfig) -> Result<Store> {
+        if path.exists() {
+            return Err(Error::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "a rebuild writes a new database",
+                ),
+            });
+        }
+        let mut store = Store::open(path, state)?;
+        // Nobody reads the file before it is complete and a rebuild that stops is discarded, so
+        // its batches need neither a WAL nor a sync: the rollback journal stays in memory (a
+        // failed batch still rolls back) and `finish_rebuild` syncs the file once, then returns
+        // it to WAL for the projector that follows it.
+        store
+            .conn
+            .pragma_update(None, "journal_mode", "MEMORY")
+            .sql("journal_mode")?;
+        store
+            .conn
+            .pragma_update(None, "synchronous", "OFF")
+            .sql("synchronous")?;
+        let tx = store.conn.unchecked_transaction().sql("begin drop indexes")?;
+        for name in schema_indexes().keys() {
+            tx.execute_batch(&format!("DROP INDEX \"{name}\""))
+                .sql("drop index")?;
+        }
+        tx.commit().sql("commit drop indexes")?;
+        store.mode = Mode::Rebuild(apply::Invocations::default());
+        Ok(store)
+    }
+
+    /// Completes a rebuild's database: writes the invocation folds still in memory, then builds
+    /// the secondary indexes (logging each, as they take a while on a large ledger).
+    pub fn finish_rebuild(&mut self) -> Result<()> {
+        match std::mem::replace(&mut self.mode, Mode::Follow) {
+            Mode::Follow => {}
+            Mode::Rebuild(mut folds) => {
+                let tx = self.conn.transaction().sql("begin final invocations")?;
+                folds.spill(&tx, 0)?;
+                tx.commit().sql("commit final invocations")?;
+            }
+            Mode::Broken => {
+                self.mode = Mode::Broken;
+                return Err(Error::RebuildBroken);
+            }
+        }
+        self.sync_indexes()?;
+        std::fs::File::open(&self.path)
+            .and_then(|file| file.sync_all())
+            .map_err(|source| Error::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.conn
+            .pragma_update(None, "journal_mode", "WAL")
+            .sql("journal_mode")?;
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .sql("synchronous")
     }
 
     /// Opens an existing database read-only (readers: the query service, tests).
@@ -107,6 +194,8 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             state: StateConfig::default(),
+            mode: Mode::Follow,
+            rebuild_folds: REBUILD_FOLDS,
         };
         store.check_version()?;
         Ok(store)
@@ -217,6 +306,21 @@ impl Store {
         &self.conn
     }
 
+    /// What `PRAGMA quick_check` finds wrong with the file, at most `max` lines; empty when it is
+    /// sound. It reads every page, so it costs a full scan: `doctor` runs it, the services do not.
+    pub fn integrity_problems(&self, max: u32) -> Result<Vec<String>> {
+        let mut statement = self
+            .conn
+            .prepare(&format!("PRAGMA quick_check({})", max.max(1)))
+            .sql("quick_check")?;
+        let lines = statement
+            .query_map([], |row| row.get::<_, String>(0))
+            .sql("quick_check")?
+            .collect::<rusqlite::Result<Vec<String>>>()
+            .sql("quick_check")?;
+        Ok(lines.into_iter().filter(|line| line != "ok").collect())
+    }
+
     /// The sequence of the last entry applied (0 for none).
     pub fn position(&self) -> Result<u64> {
         let seq: i64 = self
@@ -250,7 +354,15 @@ impl Store {
             }
         }
         let mut leaf = None;
-        let mut invocations = apply::Invocations::default();
+        // A rebuild's folds come back to the store only when the batch commits.
+        let (mut invocations, rebuilding) = match std::mem::replace(&mut self.mode, Mode::Broken) {
+            Mode::Follow => {
+                self.mode = Mode::Follow;
+                (apply::Invocations::default(), false)
+            }
+            Mode::Rebuild(folds) => (folds, true),
+            Mode::Broken => return Err(Error::RebuildBroken),
+        };
         // Parsing and classifying entries needs no database: a second thread does it, a bounded
         // distance ahead, while this one writes.
         toolledger_ledger::decode_ahead(
@@ -270,8 +382,14 @@ impl Store {
         if let Some(last) = new.last() {
             position = last.seq;
         }
-        // Each invocation the batch touched is written once, in the transaction of its position.
-        invocations.write(&tx)?;
+        if rebuilding {
+            if invocations.len() > self.rebuild_folds {
+                invocations.spill(&tx, self.rebuild_folds / 2)?;
+            }
+        } else {
+            // Each invocation the batch touched is written once, in the transaction of its position.
+            invocations.write(&tx)?;
+        }
         if let Some(leaf) = leaf {
             tx.execute(
                 "UPDATE position SET seq = ?1, leaf_hash = ?2 WHERE id = 0",
@@ -280,6 +398,9 @@ impl Store {
             .sql("write position")?;
         }
         tx.commit().sql("commit batch")?;
+        if rebuilding {
+            self.mode = Mode::Rebuild(invocations);
+        }
         Ok(position)
     }
 
@@ -322,5 +443,103 @@ impl Store {
             out.insert(table, lines);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use toolledger_schemas::generator::{GeneratorConfig, generate};
+
+    use super::*;
+
+    fn entries() -> Vec<RawEntry> {
+        let generated = generate(&GeneratorConfig {
+            seed: 77,
+            sessions: 12,
+            tenants: vec!["acme".to_owned(), "globex".to_owned()],
+            extra_invocations: 3,
+            plant_anomalies: true,
+            ..GeneratorConfig::default()
+        });
+        generated
+            .events
+            .iter()
+            .zip(1u64..)
+            .map(|(event, seq)| RawEntry {
+                seq,
+                bytes: toolledger_wire::LedgerEntry::for_structured_event(
+                    event,
+                    chrono::DateTime::UNIX_EPOCH,
+                )
+                .and_then(|entry| entry.canonical_bytes())
+                .unwrap_or_else(|e| panic!("entry {seq}: {e}")),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_rebuild_that_spills_its_folds_equals_the_followed_projection() {
+        let entries = entries();
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut followed = Store::open(&dir.path().join("follow.sqlite"), StateConfig::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut rebuilt = Store::open_for_rebuild(&dir.path().join("rebuild.sqlite"), StateConfig::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Few folds held: invocations leave memory mid-rebuild and come back from their rows.
+        rebuilt.rebuild_folds = 4;
+        for batch in entries.chunks(7) {
+            followed.apply_batch(batch).unwrap_or_else(|e| panic!("{e}"));
+            rebuilt.apply_batch(batch).unwrap_or_else(|e| panic!("{e}"));
+        }
+        rebuilt.finish_rebuild().unwrap_or_else(|e| panic!("{e}"));
+        let (followed, rebuilt) = (
+            followed.table_contents().unwrap_or_else(|e| panic!("{e}")),
+            rebuilt.table_contents().unwrap_or_else(|e| panic!("{e}")),
+        );
+        assert!(
+            followed["invocations"].len() > 8,
+            "the run spills: {} invocations",
+            followed["invocations"].len()
+        );
+        assert_eq!(followed, rebuilt);
+    }
+
+    #[test]
+    fn a_finished_rebuild_has_every_index_and_is_in_wal_mode() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("rebuild.sqlite");
+        let mut store =
+            Store::open_for_rebuild(&path, StateConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+        let indexes = |store: &Store| -> Vec<String> {
+            let mut stmt = store
+                .conn
+                .prepare(
+                    "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name",
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+            stmt.query_map([], |row| row.get(0))
+                .unwrap_or_else(|e| panic!("{e}"))
+                .map(|row| row.unwrap_or_else(|e| panic!("{e}")))
+                .collect()
+        };
+        assert!(
+            indexes(&store).is_empty(),
+            "a rebuild writes without secondary indexes"
+        );
+        store
+            .apply_batch(&entries()[..50])
+            .unwrap_or_else(|e| panic!("{e}"));
+        store.finish_rebuild().unwrap_or_else(|e| panic!("{e}"));
+        let wanted: Vec<String> = schema_indexes().keys().map(|name| (*name).to_owned()).collect();
+        assert_eq!(indexes(&store), wanted);
+        let mode: String = store
+            .conn
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(mode, "wal");
+        assert!(
+            Store::open_for_rebuild(&path, StateConfig::default()).is_err(),
+            "a rebuild never reuses a file"
+        );
     }
 }

@@ -5,8 +5,11 @@
 //! A batch keeps the folds of the invocations it touches in memory ([`Invocations`]): the first
 //! event of an invocation in a batch loads its stored fold (`invocations.fold`), every event of the
 //! batch applies to it, and [`Invocations::write`] writes each changed invocation's row once, with
-//! an UPDATE (or an INSERT for a new one), before the batch's position. Transitions, anomalies and
-//! mutations are written as their entries come, from what the fold says each entry did.
+//! an UPDATE (or an INSERT for a new one), before the batch's position. A rebuild keeps them across
+//! batches instead ([`Invocations::spill`]): its generation is read by nobody until it is complete,
+//! so a row is written when its fold leaves memory — once, for most invocations. Transitions,
+//! anomalies and mutations are written as their entries come, from what the fold says each entry
+//! did.
 
 use std::collections::HashMap;
 
@@ -31,6 +34,8 @@ struct Pending {
     fold: InvocationFold,
     /// Whether its row exists in the database (UPDATE) or not yet (INSERT).
     stored: bool,
+    /// When it was last touched (a count of touches), so [`Invocations::spill`] keeps the recent.
+    touched: u64,
 }
 
 /// The folds of the invocations a batch touched, in the order first touched.
@@ -38,6 +43,7 @@ struct Pending {
 pub(crate) struct Invocations {
     index: HashMap<(String, String), usize>,
     pending: Vec<Pending>,
+    touches: u64,
 }
 
 impl Invocations {
@@ -49,6 +55,7 @@ impl Invocations {
         invocation_id: &str,
     ) -> Result<&mut InvocationFold> {
         let key = (tenant.to_owned(), invocation_id.to_owned());
+        self.touches += 1;
         let at = match self.index.get(&key) {
             Some(at) => *at,
             None => {
@@ -71,19 +78,49 @@ impl Invocations {
                     invocation_id: key.1.clone(),
                     fold,
                     stored: stored.is_some(),
+                    touched: 0,
                 });
                 self.index.insert(key, self.pending.len() - 1);
                 self.pending.len() - 1
             }
         };
-        Ok(&mut self.pending[at].fold)
+        let pending = &mut self.pending[at];
+        pending.touched = self.touches;
+        Ok(&mut pending.fold)
     }
 
     /// Writes the row of every invocation the batch touched, once each, from its fold.
-    pub(crate) fn write(self, tx: &Transaction<'_>) -> Result<()> {
+    pub(crate) fn write(&self, tx: &Transaction<'_>) -> Result<()> {
         for pending in &self.pending {
             write_row(tx, pending)?;
         }
+        Ok(())
+    }
+
+    /// The number of folds held.
+    pub(crate) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Writes and forgets the least recently touched folds beyond `keep`: all of them for 0.
+    /// An invocation touched again later loads its fold back from the row written here.
+    pub(crate) fn spill(&mut self, tx: &Transaction<'_>, keep: usize) -> Result<()> {
+        if self.pending.len() <= keep {
+            return Ok(());
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        // The most recently touched first; the ones past `keep` leave.
+        pending.sort_unstable_by_key(|p| std::cmp::Reverse(p.touched));
+        let leaving = pending.split_off(keep);
+        for left in &leaving {
+            write_row(tx, left)?;
+        }
+        self.index = pending
+            .iter()
+            .enumerate()
+            .map(|(at, p)| ((p.tenant.clone(), p.invocation_id.clone()), at))
+            .collect();
+        self.pending = pending;
         Ok(())
     }
 }
