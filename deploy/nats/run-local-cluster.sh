@@ -20,19 +20,29 @@ mkdir -p "$state"
 chmod 700 "$state"
 
 secrets="$state/dev-secrets.env"
-if [[ ! -f "$secrets" ]]; then
-  ( umask 077
-    for name in TOOLLEDGER_JS_KEY TOOLLEDGER_NATS_ADMIN_PASSWORD TOOLLEDGER_NATS_INGEST_PASSWORD \
-                TOOLLEDGER_NATS_READER_PASSWORD TOOLLEDGER_NATS_PRODUCER_ACME_PASSWORD; do
-      # nats-server parses a variable's value as configuration: a leading letter keeps it a string.
-      printf '%s=k%s\n' "$name" "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-    done > "$secrets" )
-  echo "generated development secrets in $secrets"
+names=(TOOLLEDGER_JS_KEY TOOLLEDGER_NATS_ADMIN_PASSWORD TOOLLEDGER_NATS_INGEST_PASSWORD
+       TOOLLEDGER_NATS_PROJECTOR_PASSWORD TOOLLEDGER_NATS_EXPORTER_PASSWORD
+       TOOLLEDGER_NATS_QUERY_PASSWORD TOOLLEDGER_NATS_RETENTION_PASSWORD
+       TOOLLEDGER_NATS_READER_PASSWORD TOOLLEDGER_NATS_PRODUCER_ACME_PASSWORD)
+# Variables already set in the environment win over the kept ones.
+if [[ -f "$secrets" ]]; then
+  while IFS='=' read -r name value; do
+    [[ -n "${!name:-}" ]] || export "$name=$value"
+  done < "$secrets"
 fi
-# Variables already set in the environment win over the generated ones.
-while IFS='=' read -r name value; do
-  [[ -n "${!name:-}" ]] || export "$name=$value"
-done < "$secrets"
+# Any still unset (a first start, or a secrets file from before an identity was added) is generated
+# and kept.
+generated=0
+for name in "${names[@]}"; do
+  if [[ -z "${!name:-}" ]]; then
+    # nats-server parses a variable's value as configuration: a leading letter keeps it a string.
+    value="k$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+    ( umask 077; printf '%s=%s\n' "$name" "$value" >> "$secrets" )
+    export "$name=$value"
+    generated=1
+  fi
+done
+(( generated == 0 )) || echo "generated development secrets in $secrets"
 
 pids=()
 stop() {

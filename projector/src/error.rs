@@ -82,6 +82,17 @@ pub enum Error {
         /// SQLite's message.
         reason: String,
     },
+    /// An analyst's statement would build a value, an answer or a working set larger than its bound.
+    #[error("sql too large: {what} would exceed {limit_bytes} bytes")]
+    SqlTooLarge {
+        /// What outgrew its bound: a string or blob, the answer, SQLite's memory.
+        what: &'static str,
+        /// The bound.
+        limit_bytes: u64,
+    },
+    /// An analyst's statement was stopped by its caller (the client went away, the server stops).
+    #[error("sql canceled: the statement was stopped before it finished")]
+    SqlCanceled,
     /// An invocation's stored fold (`invocations.fold`) does not parse: the database was damaged or
     /// written by another build. Rebuild it.
     #[error("stored invocation fold of {invocation_id} (tenant {tenant}) does not parse: {source}")]
@@ -100,6 +111,35 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+}
+
+impl Error {
+    /// Whether the error says the projection itself cannot be used — its file is damaged, is not a
+    /// database, cannot be read or opened, was written by another schema, or `current` names nothing
+    /// usable — so the way out is `toolledger rebuild` (a new generation from the ledger), not a retry.
+    pub fn is_unusable_projection(&self) -> bool {
+        match self {
+            Error::Sqlite { source, .. } => is_damaged(source),
+            Error::SchemaVersion { .. } | Error::StoredFold { .. } | Error::BadPointer { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// Whether SQLite failed because of the database file rather than the statement: damaged pages
+/// (`SQLITE_CORRUPT`), not a database (`SQLITE_NOTADB`), an I/O error reading it (`SQLITE_IOERR`), or
+/// a file that cannot be opened (`SQLITE_CANTOPEN`). A server's fault, never its caller's.
+pub fn is_damaged(error: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode;
+    matches!(
+        error.sqlite_error_code(),
+        Some(
+            ErrorCode::DatabaseCorrupt
+                | ErrorCode::NotADatabase
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::CannotOpen
+        )
+    )
 }
 
 /// The crate's result type.

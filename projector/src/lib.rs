@@ -17,8 +17,11 @@
 //!   per batch, or once per rebuild for most), decisions, hooks, progress, results, catalog,
 //!   surfaces, deferred refs, sessions and the ledger's own records. Partial snapshots are merged field by field.
 //! - [`generation`]: `<data_dir>/projections/gen-<n>/` and the atomically switched `current` pointer.
-//! - [`sql`]: analysts' read-only SQL over one tenant's views, under an authorizer and time and row
-//!   limits ([`run_sql`]).
+//! - [`heartbeat`]: the running projector's state in `<data_dir>/projections/projector.heartbeat`,
+//!   rewritten every few seconds, so the query service and `doctor` can tell whether it projects.
+//! - [`sql`]: analysts' read-only SQL over one tenant's views of allow-listed tables, under an
+//!   authorizer, a check of the compiled program, and bounds on time, value and answer size and
+//!   SQLite's memory; stoppable from another thread ([`run_sql`], [`run_sql_interruptible`]).
 //!
 //! Data leaves as SQLite files that readers open read-only ([`Store::open_readonly`]) and reopen
 //! to follow a rebuild.
@@ -27,12 +30,14 @@
 mod apply;
 mod error;
 pub mod generation;
+pub mod heartbeat;
 pub mod runner;
 pub mod sql;
 pub mod store;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, is_damaged};
 pub use generation::{Generation, Generations};
+pub use heartbeat::{Heartbeat, ProjectorState};
 pub use runner::{Options, RebuildSummary, RunSummary, rebuild, run};
-pub use sql::{SqlLimits, SqlResult, SqlScope, run_sql};
+pub use sql::{SqlInterrupt, SqlLimits, SqlResult, SqlScope, TENANT_TABLES, run_sql, run_sql_interruptible};
 pub use store::{RawEntry, SCHEMA_SQL, SCHEMA_VERSION, Store};

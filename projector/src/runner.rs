@@ -30,6 +30,7 @@ use toolledger_wire::streams::LEDGER;
 
 use crate::error::{Error, Result};
 use crate::generation::{Generation, Generations};
+use crate::heartbeat::{ProjectorState, Pulse};
 use crate::store::{RawEntry, Store};
 
 /// Batches in flight between the NATS reader and the SQLite writer. Four lets the reader fetch the
@@ -291,35 +292,102 @@ fn spawn_writer(
     })
 }
 
+/// How often a projector that cannot use its projection tries it again (a rebuild may have switched
+/// `current`, or an operator restored the file).
+const REPAIR_POLL: Duration = Duration::from_secs(2);
+/// How often the unusable projection is logged again while the projector waits for the repair.
+const REPAIR_REMINDER: Duration = Duration::from_secs(60);
+
 /// Runs `project`: follows ATL_LEDGER into the current generation (creating `gen-1` on first use)
 /// until `shutdown` completes. When `rebuild` switches generations, it reopens the new one and
 /// continues from that one's position.
+///
+/// A projection it cannot use — a damaged file, another schema, a `current` that names nothing
+/// usable — does not end the run (a service manager would only restart it into the same failure):
+/// the projector says what is wrong and that `toolledger rebuild` repairs it, on the health board,
+/// in its heartbeat and in its log, and tries again every few seconds, so it resumes by itself once
+/// a rebuild switched `current`.
 pub async fn run(
     client: async_nats::Client,
     options: &Options,
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunSummary> {
-    let js = jetstream::new(client);
     let generations = Generations::new(&options.data_dir);
+    let pulse = Pulse::start(
+        &generations,
+        options.telemetry.as_ref().map(|t| t.health().clone()),
+        "starting",
+    );
+    let result = follow(client, options, &generations, &pulse, shutdown).await;
+    match &result {
+        Ok(summary) => pulse.set(
+            ProjectorState::Stopped,
+            &format!(
+                "stopped at seq {} in {}",
+                summary.position,
+                summary.generation.name()
+            ),
+        ),
+        Err(error) => pulse.set(
+            ProjectorState::Stopped,
+            &format!("ended with an error: {}", ErrorChain(error)),
+        ),
+    }
+    result
+}
+
+async fn follow(
+    client: async_nats::Client,
+    options: &Options,
+    generations: &Generations,
+    pulse: &Pulse,
+    shutdown: impl Future<Output = ()>,
+) -> Result<RunSummary> {
+    let js = jetstream::new(client);
     let meter = Meter::new(options.telemetry.as_ref());
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut unusable = Unusable::default();
     loop {
-        let generation = generations.current_or_init()?;
+        let generation = match generations.current_or_init() {
+            Ok(generation) => generation,
+            Err(error) if error.is_unusable_projection() => {
+                if unusable.wait(&error, None, pulse, shutdown.as_mut()).await {
+                    return Err(error);
+                }
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         let database = generation.database();
         let state = options.state;
-        let store = tokio::task::spawn_blocking(move || Store::open(&database, state))
-            .await
-            .map_err(|e| Error::WriterStopped {
-                reason: e.to_string(),
-            })??;
-        let start = store.position()?;
+        let opened = tokio::task::spawn_blocking(move || {
+            let store = Store::open(&database, state)?;
+            let start = store.position()?;
+            Ok::<_, Error>((store, start))
+        })
+        .await
+        .map_err(|e| Error::WriterStopped {
+            reason: e.to_string(),
+        })?;
+        let (store, start) = match opened {
+            Ok(opened) => opened,
+            Err(error) if error.is_unusable_projection() => {
+                if unusable
+                    .wait(&error, Some(&generation), pulse, shutdown.as_mut())
+                    .await
+                {
+                    return Err(error);
+                }
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        unusable = Unusable::default();
         meter.position.set(i64::try_from(start).unwrap_or(i64::MAX));
-        if let Some(telemetry) = &options.telemetry {
-            telemetry.health().ok(
-                "projector",
-                format!("{} from seq {}", generation.name(), start + 1),
-            );
-        }
+        pulse.set(
+            ProjectorState::Running,
+            &format!("{} from seq {}", generation.name(), start + 1),
+        );
         tracing::info!(generation = %generation.name(), position = start, "projecting the ledger");
         let pumped = pump(
             &js,
@@ -328,7 +396,7 @@ pub async fn run(
             options,
             &meter,
             shutdown.as_mut(),
-            Some((&generations, generation.number)),
+            Some((generations, generation.number)),
         )
         .await;
         let (end, store) = match pumped {
@@ -337,13 +405,20 @@ pub async fn run(
             // and gaps stay fatal.
             Err(error @ Error::Ledger { .. }) => {
                 tracing::warn!(error = %ErrorChain(&error), "cannot read the ledger; retrying in 1s");
-                if let Some(telemetry) = &options.telemetry {
-                    telemetry.health().failing("projector", error.to_string());
-                }
+                pulse.set(ProjectorState::Failing, &error.to_string());
                 tokio::select! {
                     () = shutdown.as_mut() => return Ok(RunSummary { generation, position: start }),
                     () = tokio::time::sleep(Duration::from_secs(1)) => continue,
                 }
+            }
+            Err(error) if error.is_unusable_projection() => {
+                if unusable
+                    .wait(&error, Some(&generation), pulse, shutdown.as_mut())
+                    .await
+                {
+                    return Err(error);
+                }
+                continue;
             }
             Err(error) => return Err(error),
         };
@@ -359,6 +434,47 @@ pub async fn run(
                     () = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
             }
+        }
+    }
+}
+
+/// The projector's wait while its projection cannot be used: what it said last and when.
+#[derive(Default)]
+struct Unusable {
+    said: Option<(String, Instant)>,
+}
+
+impl Unusable {
+    /// Reports `error` (on the board and in the heartbeat each time; in the log the first time, when
+    /// it changes, and every [`REPAIR_REMINDER`]) and waits [`REPAIR_POLL`]. True when shutdown came.
+    async fn wait<S: Future<Output = ()>>(
+        &mut self,
+        error: &Error,
+        generation: Option<&Generation>,
+        pulse: &Pulse,
+        shutdown: std::pin::Pin<&mut S>,
+    ) -> bool {
+        let which = generation.map_or_else(
+            || "the projections' `current` pointer".to_owned(),
+            |g| format!("projection {} ({})", g.name(), g.database().display()),
+        );
+        let detail = format!(
+            "{which} cannot be used: {}; run `toolledger rebuild` to build a new generation from the \
+             ledger (this projector switches to it by itself)",
+            ErrorChain(error)
+        );
+        pulse.set(ProjectorState::Failing, &detail);
+        let repeat = self
+            .said
+            .as_ref()
+            .is_none_or(|(said, at)| *said != detail || at.elapsed() >= REPAIR_REMINDER);
+        if repeat {
+            tracing::error!("{detail}");
+            self.said = Some((detail, Instant::now()));
+        }
+        tokio::select! {
+            () = shutdown => true,
+            () = tokio::time::sleep(REPAIR_POLL) => false,
         }
     }
 }

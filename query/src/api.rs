@@ -8,7 +8,10 @@
 //! ```
 //!
 //! `/healthz`, `/metrics` and the web view's static assets (`/`, `/ui/…`, see [`crate::web`]) need
-//! no token; everything under `/v1` does. The routes over the ledger
+//! no token; everything under `/v1` does. `/healthz` and `/metrics` first check what the API depends
+//! on (the projection, the projector's heartbeat, the access log: `crate::health`), and a read that
+//! meets a damaged projection answers 503 `projection_unavailable`, one whose access record cannot be
+//! queued 503 `audit_unavailable`: a server fault is never blamed on the caller. The routes over the ledger
 //! itself live in submodules: `sql` (`POST /v1/sql`), `evidence` (checkpoints, proofs, bundles)
 //! and `stream` (session replay as NDJSON or SSE).
 
@@ -34,7 +37,7 @@ use serde_json::json;
 use toolledger_core::telemetry::Telemetry;
 use toolledger_ledger::BlobStore;
 
-use crate::access::{AccessLog, AccessRead};
+use crate::access::{AccessLog, Reads};
 use crate::auth::{Principal, Tokens};
 use crate::error::{Error, Result};
 use crate::listing::{SearchFilter, SessionFilter};
@@ -85,9 +88,9 @@ struct ApiState {
     requests: Family<RequestLabels, Counter>,
     access_log: Option<AccessLog>,
     ledger: Option<LedgerAccess>,
-    /// Analysts' statements running at once: each holds a blocking thread and SQLite's page cache
-    /// for up to its time limit, so two leave the other readers room on a small machine.
-    sql_slots: tokio::sync::Semaphore,
+    dependencies: Arc<crate::health::Dependencies>,
+    /// Analysts' statements running at once, per tenant and in all, and the means to stop them.
+    sql_slots: Arc<sql::SqlSlots>,
 }
 
 /// An error as the API returns it.
@@ -107,12 +110,15 @@ impl ApiError {
             Error::NotFound { .. } => StatusCode::NOT_FOUND,
             Error::Unauthenticated => StatusCode::UNAUTHORIZED,
             Error::Forbidden { .. } => StatusCode::FORBIDDEN,
-            Error::NoProjection { .. } | Error::NoLedger { .. } | Error::SqlBusy { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Error::NoProjection { .. }
+            | Error::NoLedger { .. }
+            | Error::SqlBusy { .. }
+            | Error::SqlCanceled
+            | Error::ProjectionUnavailable { .. }
+            | Error::AuditUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Error::SqlRefused { .. } | Error::SqlInvalid { .. } => StatusCode::BAD_REQUEST,
             // The statement was fine but too costly: 422, not 408 (which blames a slow client).
-            Error::SqlTimeout { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::SqlTimeout { .. } | Error::SqlTooLarge { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Evidence(toolledger_verify::Error::NoSuchEntry { .. })
             | Error::Evidence(toolledger_verify::Error::NoCheckpoint { .. }) => StatusCode::NOT_FOUND,
             Error::Evidence(toolledger_verify::Error::BadSizes { .. }) => StatusCode::BAD_REQUEST,
@@ -155,7 +161,13 @@ pub async fn serve(
                 .to_owned(),
         ));
     }
-    let app = router(data_dir, options.clone(), telemetry)?;
+    let (app, sql_slots) = routes(data_dir, options.clone(), telemetry)?;
+    // Statements run on blocking threads the runtime waits for when it stops: stop them with the
+    // server, and turn away those still waiting for a slot.
+    let shutdown = async move {
+        shutdown.await;
+        sql_slots.shut_down();
+    };
     let serve_error = |source| Error::Serve {
         addr: options.listen.to_string(),
         source,
@@ -174,6 +186,15 @@ pub async fn serve(
 
 /// The API's routes over the projections in `data_dir`.
 pub fn router(data_dir: &std::path::Path, options: ApiOptions, telemetry: Telemetry) -> Result<Router> {
+    routes(data_dir, options, telemetry).map(|(router, _)| router)
+}
+
+/// The routes, and the SQL slots [`serve`] stops at shutdown.
+fn routes(
+    data_dir: &std::path::Path,
+    options: ApiOptions,
+    telemetry: Telemetry,
+) -> Result<(Router, Arc<sql::SqlSlots>)> {
     let blobs = options
         .blob_store_url
         .as_deref()
@@ -189,6 +210,12 @@ pub fn router(data_dir: &std::path::Path, options: ApiOptions, telemetry: Teleme
         );
     });
     telemetry.health().ok("api", "serving");
+    let dependencies = crate::health::Dependencies::watch(
+        data_dir,
+        options.access_log.as_ref().map(AccessLog::health),
+        &telemetry,
+    );
+    let sql_slots = sql::SqlSlots::new(&telemetry);
     let state = Arc::new(ApiState {
         reader: Reader::new(data_dir),
         blobs,
@@ -198,9 +225,10 @@ pub fn router(data_dir: &std::path::Path, options: ApiOptions, telemetry: Teleme
         requests,
         access_log: options.access_log,
         ledger: options.ledger,
-        sql_slots: tokio::sync::Semaphore::new(sql::SLOTS),
+        dependencies,
+        sql_slots: Arc::clone(&sql_slots),
     });
-    Ok(Router::new()
+    let router = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         // The web view: static assets only, no token; its data calls go to /v1 like any client's.
@@ -227,7 +255,8 @@ pub fn router(data_dir: &std::path::Path, options: ApiOptions, telemetry: Teleme
         .route("/v1/proofs/consistency", get(evidence::consistency))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state))
+        .with_state(state);
+    Ok((router, sql_slots))
 }
 
 type Shared = State<Arc<ApiState>>;
@@ -243,6 +272,7 @@ async fn method_not_allowed() -> Response {
 }
 
 async fn healthz(State(state): Shared) -> Response {
+    state.telemetry.refresh().await;
     let report = state.telemetry.health().report();
     let code = if report.status == "ok" {
         StatusCode::OK
@@ -253,6 +283,7 @@ async fn healthz(State(state): Shared) -> Response {
 }
 
 async fn metrics(State(state): Shared) -> Response {
+    state.telemetry.refresh().await;
     (
         [(
             header::CONTENT_TYPE,
@@ -276,43 +307,44 @@ impl ApiState {
         }
     }
 
-    /// Records a read of invocation or session data, one record per tenant read.
+    /// Records a read of invocation or session data, one record per tenant read; an error when a
+    /// record cannot be queued (the read must then be refused).
     async fn record(
         &self,
         principal: &Principal,
         endpoint: &'static str,
         query: Option<&str>,
         rows: impl IntoIterator<Item = (String, Option<String>, Option<String>)>,
-    ) {
-        let Some(log) = &self.access_log else {
-            return;
-        };
-        let mut by_tenant: BTreeMap<String, AccessRead> = BTreeMap::new();
+    ) -> Result<()> {
+        self.record_scoped(principal, endpoint, None, query, rows).await
+    }
+
+    /// [`ApiState::record`] of a read confined to `scope`: one that returned nothing is recorded too,
+    /// for that tenant (or, unscoped, for the ledger's own), so probing leaves a trace.
+    async fn record_scoped(
+        &self,
+        principal: &Principal,
+        endpoint: &'static str,
+        scope: Option<&str>,
+        query: Option<&str>,
+        rows: impl IntoIterator<Item = (String, Option<String>, Option<String>)>,
+    ) -> Result<()> {
+        let mut reads = Reads::new(principal, endpoint, scope, query);
         for (tenant, invocation, session) in rows {
-            let read = by_tenant.entry(tenant.clone()).or_insert_with(|| AccessRead {
-                tenant,
-                principal: principal.name.clone(),
-                endpoint,
-                invocation_ids: Vec::new(),
-                session_ids: Vec::new(),
-                query: query.map(str::to_owned),
-                row_count: 0,
-            });
-            read.row_count += 1;
-            if let Some(id) = invocation
-                && !read.invocation_ids.contains(&id)
-            {
-                read.invocation_ids.push(id);
-            }
-            if let Some(id) = session
-                && !read.session_ids.contains(&id)
-            {
-                read.session_ids.push(id);
-            }
+            reads.row(tenant, invocation, session);
         }
-        for read in by_tenant.into_values() {
-            log.record(read).await;
+        self.publish(reads).await
+    }
+
+    /// Queues the records of one read.
+    async fn publish(&self, reads: Reads) -> Result<()> {
+        let Some(log) = &self.access_log else {
+            return Ok(());
+        };
+        for read in reads.records() {
+            log.record(read).await?;
         }
+        Ok(())
     }
 
     fn count(&self, endpoint: &'static str, response: &Response) {
@@ -417,7 +449,10 @@ fn ndjson_response<T: Serialize>(items: &[T], next_cursor: Option<&str>) -> Resp
 }
 
 fn finish(state: &ApiState, endpoint: &'static str, result: Result<Response>) -> Response {
-    let response = result.unwrap_or_else(|error| ApiError(error).into_response());
+    let response = result.unwrap_or_else(|error| {
+        state.dependencies.read_failed(&error);
+        ApiError(error).into_response()
+    });
     state.count(endpoint, &response);
     response
 }
@@ -445,10 +480,28 @@ async fn invocation(
             }
         };
         params::id("invocation_id", &invocation_id)?;
-        let mut reconstruction = state
+        let asked = (tenant.clone(), format!("invocation_id={invocation_id}"));
+        let read = state
             .reader
             .read(move |conn| crate::reconstruct::reconstruct(conn, tenant.as_deref(), &invocation_id))
-            .await?;
+            .await;
+        let mut reconstruction = match read {
+            Err(error @ Error::NotFound { .. }) => {
+                let (scope, query) = asked;
+                let none = std::iter::empty();
+                state
+                    .record_scoped(
+                        &principal,
+                        "GET /v1/invocations/{invocation_id}",
+                        scope.as_deref(),
+                        Some(&query),
+                        none,
+                    )
+                    .await?;
+                return Err(error);
+            }
+            read => read?,
+        };
         if check && let Some(blobs) = &state.blobs {
             crate::payloads::check(blobs, &mut reconstruction, content).await;
         }
@@ -459,7 +512,7 @@ async fn invocation(
         );
         state
             .record(&principal, "GET /v1/invocations/{invocation_id}", None, [row])
-            .await;
+            .await?;
         Ok(json_response(&reconstruction))
     }
     .await;
@@ -510,6 +563,7 @@ async fn search(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuer
         )?;
         let ndjson = query.ndjson(&headers)?;
         let filters = search_filter(&principal, &query)?;
+        let scope = filters.tenant.clone();
         let filter = SearchFilter {
             limit: query.limit()?,
             cursor: query.owned("cursor"),
@@ -527,8 +581,14 @@ async fn search(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuer
             )
         });
         state
-            .record(&principal, "GET /v1/invocations", Some(&query_text), rows)
-            .await;
+            .record_scoped(
+                &principal,
+                "GET /v1/invocations",
+                scope.as_deref(),
+                Some(&query_text),
+                rows,
+            )
+            .await?;
         Ok(if ndjson {
             ndjson_response(&page.items, page.next_cursor.as_deref())
         } else {
@@ -560,6 +620,7 @@ async fn counts(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuer
 async fn sessions(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
     let result = async {
         let principal = state.authenticate(&headers)?;
+        let query_text = raw.clone().unwrap_or_default();
         let query = Query::parse(
             raw,
             &[
@@ -575,6 +636,7 @@ async fn sessions(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQu
             limit: query.limit()?,
             cursor: query.owned("cursor"),
         };
+        let scope = filter.tenant.clone();
         let page = state
             .reader
             .read(move |conn| crate::listing::sessions(conn, &filter))
@@ -583,7 +645,15 @@ async fn sessions(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQu
             .items
             .iter()
             .map(|s| (s.tenant.clone(), None, Some(s.session_id.clone())));
-        state.record(&principal, "GET /v1/sessions", None, rows).await;
+        state
+            .record_scoped(
+                &principal,
+                "GET /v1/sessions",
+                scope.as_deref(),
+                Some(&query_text),
+                rows,
+            )
+            .await?;
         Ok(if ndjson {
             ndjson_response(&page.items, page.next_cursor.as_deref())
         } else {
@@ -609,7 +679,8 @@ async fn session(
         let limit = query.limit()?;
         let cursor = query.owned("cursor");
         params::id("session_id", &session_id)?;
-        let timeline = state
+        let asked = (tenant.clone(), format!("session_id={session_id}"));
+        let read = state
             .reader
             .read(move |conn| {
                 crate::listing::session_timeline(
@@ -620,7 +691,24 @@ async fn session(
                     cursor.as_deref(),
                 )
             })
-            .await?;
+            .await;
+        let timeline = match read {
+            Err(error @ Error::NotFound { .. }) => {
+                let (scope, query) = asked;
+                let none = std::iter::empty();
+                state
+                    .record_scoped(
+                        &principal,
+                        "GET /v1/sessions/{session_id}",
+                        scope.as_deref(),
+                        Some(&query),
+                        none,
+                    )
+                    .await?;
+                return Err(error);
+            }
+            read => read?,
+        };
         let session = &timeline.session;
         let rows = std::iter::once((session.tenant.clone(), None, Some(session.session_id.clone()))).chain(
             timeline.invocations.iter().map(|i| {
@@ -633,7 +721,7 @@ async fn session(
         );
         state
             .record(&principal, "GET /v1/sessions/{session_id}", None, rows)
-            .await;
+            .await?;
         Ok(if ndjson {
             ndjson_response(&timeline.events.items, timeline.events.next_cursor.as_deref())
         } else {

@@ -91,12 +91,26 @@ pub enum Error {
         /// The limit.
         limit_ms: u64,
     },
-    /// Every SQL slot stayed taken while the request waited.
-    #[error("sql busy: {running} statements are running; retry shortly")]
+    /// Every SQL slot the request could take stayed taken while it waited.
+    #[error("sql busy: the {slots} SQL slots of {whose} stayed taken; retry shortly")]
     SqlBusy {
-        /// Statements allowed at once.
-        running: usize,
+        /// Statements allowed at once there.
+        slots: usize,
+        /// Whose slots: `this tenant` or `the server`.
+        whose: &'static str,
     },
+    /// An analyst's statement would build a string or blob, an answer or a working set past its bound.
+    #[error("sql too large: {what} would exceed {limit_bytes} bytes; select fewer or shorter values")]
+    SqlTooLarge {
+        /// What outgrew its bound: a string or blob, the answer, SQLite's memory.
+        what: &'static str,
+        /// The bound.
+        limit_bytes: u64,
+    },
+    /// An analyst's statement was stopped before it finished because the server is stopping (or the
+    /// client went away, when nobody reads the answer).
+    #[error("sql canceled: the statement was stopped because the server is shutting down; retry")]
+    SqlCanceled,
     /// The endpoint needs the ledger (NATS) and the server runs without it.
     #[error("{what} needs the ledger: start the server with a nats url (`serve --nats-url` or `up`)")]
     NoLedger {
@@ -109,6 +123,38 @@ pub enum Error {
     /// The API configuration is unsafe or incomplete.
     #[error("api configuration: {0}")]
     Config(String),
+    /// The projection's file cannot be read — damaged, not a database, an I/O error, another
+    /// schema: the server's fault, never the caller's (503, not 400 or 500).
+    #[error(
+        "projection unavailable: {source}; run `toolledger rebuild` to build a new generation from the ledger"
+    )]
+    ProjectionUnavailable {
+        /// What SQLite or the projector said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The read's access record could not be queued for the ledger in time (NATS unreachable or
+    /// too slow): the read is refused rather than answered unrecorded.
+    #[error("audit unavailable: {reason}; the read was not served because it could not be recorded")]
+    AuditUnavailable {
+        /// Why the record could not be written.
+        reason: String,
+    },
+}
+
+/// SQLite's own messages for a file that cannot be read (`SQLITE_CORRUPT`, `SQLITE_NOTADB`,
+/// `SQLITE_IOERR`, `SQLITE_CANTOPEN`). The analysts' sandbox reports SQLite failures as text only, so
+/// a damaged projection under an analyst's statement is told from a bad statement by these.
+const DAMAGED_FILE_MESSAGES: [&str; 4] = [
+    "database disk image is malformed",
+    "file is not a database",
+    "disk i/o error",
+    "unable to open database file",
+];
+
+fn damaged_file_message(reason: &str) -> bool {
+    let reason = reason.to_ascii_lowercase();
+    DAMAGED_FILE_MESSAGES.iter().any(|m| reason.contains(m))
 }
 
 impl From<toolledger_projector::Error> for Error {
@@ -116,8 +162,20 @@ impl From<toolledger_projector::Error> for Error {
     fn from(error: toolledger_projector::Error) -> Self {
         match error {
             toolledger_projector::Error::SqlRefused { reason } => Error::SqlRefused { reason },
+            toolledger_projector::Error::SqlInvalid { reason } if damaged_file_message(&reason) => {
+                Error::ProjectionUnavailable {
+                    source: reason.into(),
+                }
+            }
             toolledger_projector::Error::SqlInvalid { reason } => Error::SqlInvalid { reason },
             toolledger_projector::Error::SqlTimeout { limit_ms } => Error::SqlTimeout { limit_ms },
+            toolledger_projector::Error::SqlTooLarge { what, limit_bytes } => {
+                Error::SqlTooLarge { what, limit_bytes }
+            }
+            toolledger_projector::Error::SqlCanceled => Error::SqlCanceled,
+            other if other.is_unusable_projection() => Error::ProjectionUnavailable {
+                source: Box::new(other),
+            },
             other => Error::Projection(other),
         }
     }
@@ -139,7 +197,11 @@ impl Error {
             Error::SqlInvalid { .. } => "sql_invalid",
             Error::SqlTimeout { .. } => "sql_timeout",
             Error::SqlBusy { .. } => "sql_busy",
+            Error::SqlTooLarge { .. } => "sql_too_large",
+            Error::SqlCanceled => "sql_canceled",
             Error::NoLedger { .. } => "no_ledger",
+            Error::ProjectionUnavailable { .. } => "projection_unavailable",
+            Error::AuditUnavailable { .. } => "audit_unavailable",
             Error::Evidence(toolledger_verify::Error::NoSuchEntry { .. }) => "not_found",
             Error::Evidence(toolledger_verify::Error::NoCheckpoint { .. }) => "no_checkpoint",
             Error::Evidence(toolledger_verify::Error::BadSizes { .. }) => "invalid_parameter",
@@ -151,7 +213,7 @@ impl Error {
     pub fn field(&self) -> Option<&str> {
         match self {
             Error::InvalidParameter { field, .. } => Some(field),
-            Error::SqlRefused { .. } | Error::SqlInvalid { .. } => Some("sql"),
+            Error::SqlRefused { .. } | Error::SqlInvalid { .. } | Error::SqlTooLarge { .. } => Some("sql"),
             Error::Evidence(toolledger_verify::Error::BadSizes { .. }) => Some("from"),
             _ => None,
         }
@@ -172,6 +234,14 @@ pub(crate) trait SqlContext<T> {
 
 impl<T> SqlContext<T> for rusqlite::Result<T> {
     fn sql(self, context: &'static str) -> Result<T> {
-        self.map_err(|source| Error::Sql { context, source })
+        self.map_err(|source| {
+            if toolledger_projector::is_damaged(&source) {
+                Error::ProjectionUnavailable {
+                    source: Box::new(source),
+                }
+            } else {
+                Error::Sql { context, source }
+            }
+        })
     }
 }

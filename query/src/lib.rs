@@ -28,13 +28,16 @@
 //! - [`replay`]: a session's entries in ledger order at their original pace (scaled), and
 //!   re-publication under `atl.replay.<tenant>.>` only.
 //! - [`api`]: the HTTP routes, error bodies, `/healthz` and `/metrics`; its submodules serve
-//!   `POST /v1/sql` (bounded by a semaphore), session replay as NDJSON/SSE, signed checkpoints,
-//!   inclusion and consistency proofs (an inclusion proof only for a tenant the token holds) and
-//!   evidence bundles.
+//!   `POST /v1/sql` (slots per tenant and per server; [`serve`] stops running statements when it
+//!   stops), session replay as NDJSON/SSE, signed checkpoints, inclusion and consistency proofs (an
+//!   inclusion proof only for a tenant the token holds) and evidence bundles.
 //! - `web`: the web view's static assets (ES modules, CSS; compiled in), served at `/` and `/ui/…`;
 //!   the page reads only `/v1` with the token the user signs in with.
+//! - `health`: what `/healthz` and `/metrics` check before answering — the projection's
+//!   readability, the projector's heartbeat, the access log's publishing.
 //! - [`access`]: every API read of invocation or session data published as
-//!   `toolledger.access.read` to `atl.in.<tenant>.…`, so ingest appends it to the ledger.
+//!   `toolledger.access.read` to `atl.in._system.…`, so ingest appends it to the ledger; a tenant's
+//!   records hold only its own ids and text ([`Reads`]).
 //!
 //! Every query is tenant-scoped (a tenant is mandatory unless the caller is admin) and uses bound
 //! parameters only. `docs/query.md` describes the API and CLI; `docs/openapi.json` is the contract.
@@ -45,6 +48,7 @@ pub mod api;
 pub mod auth;
 pub mod catalog;
 mod error;
+mod health;
 pub mod listing;
 pub mod params;
 pub mod payloads;
@@ -55,7 +59,7 @@ mod rows;
 pub mod stats;
 mod web;
 
-pub use access::{AccessLog, AccessRead};
+pub use access::{AccessLog, AccessQueue, AccessRead, Reads};
 pub use api::{ApiOptions, LedgerAccess, serve};
 pub use auth::{Access, Principal, Tokens, token_digest};
 pub use catalog::{Tool, catalog};

@@ -64,6 +64,17 @@ fn seed() -> u64 {
         })
 }
 
+/// Every identity of the shipped configuration but admin, with its password's variable.
+const IDENTITIES: [(&str, &str); 7] = [
+    ("ingest", "TOOLLEDGER_NATS_INGEST_PASSWORD"),
+    ("projector", "TOOLLEDGER_NATS_PROJECTOR_PASSWORD"),
+    ("exporter", "TOOLLEDGER_NATS_EXPORTER_PASSWORD"),
+    ("query", "TOOLLEDGER_NATS_QUERY_PASSWORD"),
+    ("retention", "TOOLLEDGER_NATS_RETENTION_PASSWORD"),
+    ("reader", "TOOLLEDGER_NATS_READER_PASSWORD"),
+    ("producer_acme", "TOOLLEDGER_NATS_PRODUCER_ACME_PASSWORD"),
+];
+
 fn env_secrets() -> Vec<(&'static str, &'static str)> {
     SECRETS.to_vec()
 }
@@ -245,7 +256,7 @@ async fn cluster_leader_kills(cycles: usize, sessions: usize) {
     assert_eq!(streams::check_contract_with(&admin, &wanted).await, []);
 
     let ingest_url = url_as(&cluster, "ingest");
-    let reader_url = url_as(&cluster, "reader");
+    let projector_url = url_as(&cluster, "projector");
     let mut ingest = service(
         &[
             "ingest",
@@ -261,7 +272,7 @@ async fn cluster_leader_kills(cycles: usize, sessions: usize) {
         data.path(),
     );
     let mut project = service(
-        &["project", "--nats-url", &reader_url, "--batch-size", "32"],
+        &["project", "--nats-url", &projector_url, "--batch-size", "32"],
         data.path(),
     );
 
@@ -406,7 +417,7 @@ async fn cluster_leader_kills(cycles: usize, sessions: usize) {
         .table_contents()
         .unwrap();
     let (ok, out, err) =
-        tokio::task::block_in_place(|| run(data.path(), &["rebuild", "--nats-url", &reader_url]));
+        tokio::task::block_in_place(|| run(data.path(), &["rebuild", "--nats-url", &projector_url]));
     assert!(ok, "rebuild failed\n{out}\n{err}");
     let rebuilt = generations.current().unwrap().unwrap();
     assert!(rebuilt.number > incremental.number, "{out}");
@@ -484,13 +495,9 @@ async fn shipped_cluster_configs_enforce_the_permissions_on_every_node() {
             "node {node}: the ledger"
         );
 
-        // Nobody but admin updates, purges or deletes the ledger: not ingest, its writer, nor the
-        // reader, nor a producer.
-        for (user, password) in [
-            ("ingest", "TOOLLEDGER_NATS_INGEST_PASSWORD"),
-            ("reader", "TOOLLEDGER_NATS_READER_PASSWORD"),
-            ("producer_acme", "TOOLLEDGER_NATS_PRODUCER_ACME_PASSWORD"),
-        ] {
+        // Nobody but admin updates, purges or deletes the ledger: not ingest, its writer, nor a
+        // service identity, nor the reader, nor a producer.
+        for (user, password) in IDENTITIES {
             let client = login_at(&url, user, secret(password)).await;
             assert!(
                 client
@@ -516,7 +523,7 @@ async fn shipped_cluster_configs_enforce_the_permissions_on_every_node() {
         }
         // Each refusal is the node's own permission check, which it names in its log.
         let log = cluster.log(node);
-        for user in ["ingest", "reader", "producer_acme"] {
+        for (user, _) in IDENTITIES {
             for subject in [
                 "UPDATE.ATL_LEDGER",
                 "PURGE.ATL_LEDGER",

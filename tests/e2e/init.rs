@@ -270,6 +270,10 @@ pub(crate) const SECRETS: &[(&str, &str)] = &[
     ),
     ("TOOLLEDGER_NATS_ADMIN_PASSWORD", "admin-pw"),
     ("TOOLLEDGER_NATS_INGEST_PASSWORD", "ingest-pw"),
+    ("TOOLLEDGER_NATS_PROJECTOR_PASSWORD", "projector-pw"),
+    ("TOOLLEDGER_NATS_EXPORTER_PASSWORD", "exporter-pw"),
+    ("TOOLLEDGER_NATS_QUERY_PASSWORD", "query-pw"),
+    ("TOOLLEDGER_NATS_RETENTION_PASSWORD", "retention-pw"),
     ("TOOLLEDGER_NATS_READER_PASSWORD", "reader-pw"),
     ("TOOLLEDGER_NATS_PRODUCER_ACME_PASSWORD", "acme-pw"),
 ];
@@ -690,4 +694,178 @@ fn ingest_as_the_shipped_user_leaves_no_secret_at_rest() {
             "{secret} in the NATS store"
         );
     }
+}
+
+/// The service identities of the shipped `single.conf`: each does its job — the projector projects
+/// the ledger as `projector`; the retention job erases as `retention` (ingest, as `ingest`, appends its
+/// record) — and nothing more: only `query` may publish access records and only `retention` erasure
+/// records, and none of them (nor the people's `reader`) writes the ledger or purges, deletes or
+/// updates a stream.
+#[test]
+fn shipped_service_identities_do_their_job_and_nothing_more() {
+    let (_conf, nats, data, _) = secured_and_initialized(&["acme"]);
+    let data_dir = data.path().to_str().unwrap();
+    let mut ingest = ChildProcess::spawn(
+        toolledger(),
+        ["ingest", "--nats-url", url_as(&nats, "ingest").as_str()],
+        &[
+            ("TOOLLEDGER_DATA_DIR", data_dir),
+            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+            // Payloads go to the blob store, so retention has content to erase.
+            ("TOOLLEDGER_PAYLOADS__OFFLOAD_THRESHOLD_BYTES", "64"),
+        ],
+    );
+    let events = toolledger_schemas::generator::generate(&toolledger_schemas::generator::GeneratorConfig {
+        seed: 5,
+        sessions: 1,
+        tenants: vec!["acme".to_owned()],
+        ..Default::default()
+    })
+    .events;
+    let producer_url = url_as(&nats, "producer_acme");
+    let admin = runtime().block_on(async {
+        let producer = jetstream::new(
+            toolledger_wire::connect::connect(&producer_url, "producer")
+                .await
+                .unwrap(),
+        );
+        let outgoing = toolledger_wire::produce::prepare_all(&events, toolledger_wire::Mode::Binary).unwrap();
+        let report = toolledger_wire::produce::publish_all(&producer, outgoing).await;
+        assert!(report.failed.is_empty(), "{:?}", report.failed);
+        quick(login(&nats, "admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD")).await)
+    });
+    let ledger_size = || {
+        runtime().block_on(async {
+            let admin = quick(login(&nats, "admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD")).await);
+            toolledger_ledger::last_sequence(&admin, streams::LEDGER)
+                .await
+                .unwrap()
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while ledger_size() < events.len() as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ingest: {}",
+            ingest.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(admin);
+
+    // The projector projects the whole ledger as `projector`.
+    let mut project = ChildProcess::spawn(
+        toolledger(),
+        ["project", "--nats-url", url_as(&nats, "projector").as_str()],
+        &[
+            ("TOOLLEDGER_DATA_DIR", data_dir),
+            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+        ],
+    );
+    let position = || {
+        toolledger_projector::Generations::new(data.path())
+            .current()
+            .ok()
+            .flatten()
+            .and_then(|g| toolledger_projector::Store::open_readonly(&g.database()).ok())
+            .and_then(|s| s.position().ok())
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while position() < events.len() as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the projector as `projector`: {}",
+            project.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(project.terminate(Duration::from_secs(30)).unwrap().success());
+
+    // Retention erases as `retention`, and ingest appends its record.
+    let in_40_days = (chrono::Utc::now() + chrono::Duration::days(40)).to_rfc3339();
+    let mut erase = ChildProcess::spawn(
+        toolledger(),
+        [
+            "erase",
+            "--retention",
+            "--now",
+            in_40_days.as_str(),
+            "--nats-url",
+            url_as(&nats, "retention").as_str(),
+        ],
+        &[
+            ("TOOLLEDGER_DATA_DIR", data_dir),
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
+            ("TOOLLEDGER_RETENTION__DEFAULT__MAX_DAYS", "30"),
+        ],
+    );
+    let status = erase
+        .wait_timeout(Duration::from_secs(60))
+        .expect("erase finishes");
+    let out = format!("{}{}", erase.stdout(), erase.stderr());
+    assert!(status.success(), "{out}");
+    assert!(out.contains("tenant acme: erased"), "{out}");
+    assert!(out.contains("recorded at ledger seq"), "{out}");
+    assert!(ingest.terminate(Duration::from_secs(30)).unwrap().success());
+
+    runtime().block_on(async {
+        let services = ["projector", "exporter", "query", "retention", "reader"];
+        for user in services {
+            let password = secret(&format!("TOOLLEDGER_NATS_{}_PASSWORD", user.to_ascii_uppercase()));
+            let client = login(&nats, user, password).await;
+            let js = quick(client.clone());
+            // Each reads the ledger.
+            let ledger = js.get_stream(streams::LEDGER).await.unwrap();
+            assert!(ledger.get_raw_message(1).await.is_ok(), "{user} reads the ledger");
+            // None writes it, nor purges, deletes or updates a stream.
+            assert!(
+                !stored(&js, "atl.ledger.acme.tool.declared", b"{}").await,
+                "{user} wrote the ledger"
+            );
+            for subject in [
+                "$JS.API.STREAM.PURGE.ATL_LEDGER",
+                "$JS.API.STREAM.DELETE.ATL_LEDGER",
+                "$JS.API.STREAM.UPDATE.ATL_LEDGER",
+                "$JS.API.STREAM.PURGE.ATL_INBOUND",
+                "$JS.API.STREAM.PURGE.ATL_QUARANTINE",
+                "$JS.API.STREAM.DELETE.ATL_CHECKPOINTS",
+            ] {
+                assert!(!answered(&client, subject, b"").await, "{user}: {subject}");
+            }
+            assert!(
+                !answered(&client, "$JS.API.STREAM.MSG.DELETE.ATL_LEDGER", b"{\"seq\":1}").await,
+                "{user} deleted a ledger message"
+            );
+            // Only the query service records reads; only the retention job records erasures.
+            assert_eq!(
+                stored(&js, "atl.in._system.toolledger.access.read", b"{}").await,
+                user == "query",
+                "{user} and access records"
+            );
+            assert_eq!(
+                stored(&js, "atl.in._system.toolledger.erasure.completed", b"{}").await,
+                user == "retention",
+                "{user} and erasure records"
+            );
+            // No producer's subjects either.
+            assert!(
+                !stored(&js, "atl.in.acme.tool.declared", b"{}").await,
+                "{user} published as a producer"
+            );
+        }
+        // The server names each refusal.
+        let log = std::fs::read_to_string(nats.log_file()).unwrap();
+        for (user, subject) in [
+            ("retention", "atl.ledger.acme.tool.declared"),
+            ("retention", "$JS.API.STREAM.PURGE.ATL_LEDGER"),
+            ("retention", "atl.in._system.toolledger.access.read"),
+            ("projector", "atl.in._system.toolledger.access.read"),
+            ("exporter", "atl.in._system.toolledger.access.read"),
+            ("query", "atl.in._system.toolledger.erasure.completed"),
+        ] {
+            let line = format!("\"LEDGER/user:{user}\" - Publish Violation - Subject \"{subject}\"");
+            assert!(log.contains(&line), "the server names the refusal: {line}");
+        }
+    });
 }

@@ -9,6 +9,7 @@ mod cluster;
 mod erase;
 mod export;
 mod faults;
+mod health;
 mod import;
 mod init;
 mod project;

@@ -126,3 +126,182 @@ fn query_reads_the_tenants_views_and_refuses_the_rest() {
     assert_eq!(code, Some(0));
     assert!(out.contains("[[2]]"), "{out}");
 }
+
+/// A projection of two tenants' generated sessions in `data`'s current generation.
+fn projection(data: &std::path::Path) {
+    let generated = generate(&GeneratorConfig {
+        seed: 27,
+        tenants: vec!["acme".to_owned(), "globex".to_owned()],
+        sessions: 2,
+        ..GeneratorConfig::default()
+    });
+    let generation = Generations::new(data).current_or_init().unwrap();
+    let mut store = Store::open(&generation.database(), Default::default()).unwrap();
+    let entries: Vec<RawEntry> = generated
+        .events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| RawEntry {
+            seq: i as u64 + 1,
+            bytes: toolledger_testkit::entry_bytes(e),
+        })
+        .collect();
+    store.apply_batch(&entries).unwrap();
+}
+
+/// `toolledger serve` over `data` on a free loopback port, tokenless (`--insecure-local`: the
+/// caller is an admin); its address.
+fn serve(data: &std::path::Path) -> (ChildProcess, std::net::SocketAddr) {
+    let mut serve = ChildProcess::spawn(
+        toolledger(),
+        ["serve", "--insecure-local", "--listen", "127.0.0.1:0"],
+        &[
+            ("TOOLLEDGER_DATA_DIR", data.to_str().unwrap()),
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
+        ],
+    );
+    assert!(
+        serve.wait_for_output("api at http://", Duration::from_secs(30)),
+        "serve did not start\n{}\n{}",
+        serve.stdout(),
+        serve.stderr()
+    );
+    let stdout = serve.stdout();
+    let addr = stdout
+        .split("api at http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    (serve, addr)
+}
+
+/// `POST /v1/sql` without a token (the server is `--insecure-local`); status and body.
+fn post_sql(addr: std::net::SocketAddr, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let reply = toolledger_testkit::http_post(addr, "/v1/sql", None, &body.to_string())
+        .map(|r| (r.status, serde_json::from_str(&r.body).unwrap_or_default()));
+    reply.unwrap_or((0, serde_json::Value::Null))
+}
+
+/// `VmHWM` (peak resident set) of a process, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// `toolledger_api_sql_running` of a server.
+fn sql_running(addr: std::net::SocketAddr) -> i64 {
+    let metrics = toolledger_testkit::http_get(addr, "/metrics").unwrap().body;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("toolledger_api_sql_running "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sql gauge in /metrics:\n{metrics}"))
+}
+
+/// The issue's 320 MB answer (twenty 16 MB strings), the same rows within the string limit, and a
+/// JSON aggregate that would grow to 4 GB are each refused with `sql_too_large`, and serve's peak
+/// resident set stays bounded (`serve` in a 1.5 GiB cgroup was OOM-killed by 120 such rows).
+#[test]
+fn serve_refuses_oversized_answers_and_its_memory_stays_bounded() {
+    let data = tempfile::tempdir().unwrap();
+    projection(data.path());
+    let (mut serve, addr) = serve(data.path());
+    let rows = |n: u32, bytes: u32| {
+        format!(
+            "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM r WHERE n<{n}) \
+             SELECT printf('%.*c',{bytes},'x') FROM r"
+        )
+    };
+    let idle = peak_rss_kib(serve.pid());
+    for (sql, says) in [
+        (rows(20, 16_000_000), "string or blob"),
+        (rows(120, 16_000_000), "string or blob"),
+        (rows(120, 4_000_000), "the answer"),
+        (
+            "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM r WHERE n<1000) \
+             SELECT length(json_group_array(printf('%.*c',4000000,'x'))) FROM r"
+                .to_owned(),
+            "memory",
+        ),
+    ] {
+        let (status, body) = post_sql(addr, &serde_json::json!({"sql": sql, "timeout_ms": 10000}));
+        assert_eq!(status, 422, "{sql}: {body}");
+        assert_eq!(body["error"]["code"], "sql_too_large", "{sql}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{sql}: {message}");
+    }
+    let peak = peak_rss_kib(serve.pid());
+    println!(
+        "serve VmHWM: {} MiB idle, {} MiB after the oversized statements",
+        idle / 1024,
+        peak / 1024
+    );
+    assert!(
+        peak < 512 * 1024,
+        "serve's peak resident set is {} MiB",
+        peak / 1024
+    );
+    // Still serving.
+    let (status, body) = post_sql(
+        addr,
+        &serde_json::json!({"sql": "SELECT count(*) FROM invocations"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        serve
+            .terminate(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+}
+
+/// SIGTERM while statements run (two in the admins' slots, two waiting for one): `serve` printed
+/// "stopped" and stayed alive for minutes; it now stops their statements and exits within 5 s.
+#[test]
+fn serve_stops_within_5_seconds_of_sigterm_while_statements_run() {
+    let data = tempfile::tempdir().unwrap();
+    projection(data.path());
+    let (mut serve, addr) = serve(data.path());
+    let runaway = serde_json::json!({
+        "sql": "SELECT instr(printf('%.*c',4000000,'a'), printf('%.*c',400000,'a')||'b')",
+        "timeout_ms": 10000,
+    });
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let runaway = runaway.clone();
+            std::thread::spawn(move || post_sql(addr, &runaway))
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sql_running(addr) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the statements did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let signaled = std::time::Instant::now();
+    let status = serve.terminate(Duration::from_secs(30));
+    let took = signaled.elapsed();
+    println!("serve exited {took:?} after SIGTERM with statements running");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        serve.stderr()
+    );
+    assert!(took < Duration::from_secs(5), "serve took {took:?} to stop");
+    assert!(serve.stdout().contains("stopped"), "{}", serve.stdout());
+    for client in clients {
+        let (status, body) = client.join().unwrap();
+        // Stopped mid-statement (503 sql_canceled), or the connection closed with the server.
+        assert!(
+            status == 0 || body["error"]["code"] == "sql_canceled",
+            "{status}: {body}"
+        );
+    }
+}

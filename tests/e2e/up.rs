@@ -166,3 +166,207 @@ fn the_process_harness_kills_with_sigkill_and_up_recovers() {
     );
     assert!(again.terminate(Duration::from_secs(30)).expect("exits").success());
 }
+
+/// Every file and directory under `dir` whose mode lets anyone but the owner in, with its mode.
+fn not_private(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let Ok(metadata) = std::fs::symlink_metadata(&path) else {
+                continue; // removed meanwhile (a temporary file)
+            };
+            if metadata.file_type().is_symlink() {
+                continue;
+            }
+            let mode = metadata.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                found.push(format!("{mode:03o} {}", path.display()));
+            }
+            if metadata.is_dir() {
+                pending.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// `toolledger ARGS…` started by a shell under umask 022, as a login shell would leave it.
+fn under_umask_022(args: &[&str], envs: &[(&str, &str)]) -> ChildProcess {
+    let script = "umask 022; exec \"$0\" \"$@\"";
+    let mut all = vec!["-c", script, toolledger().to_str().unwrap()];
+    all.extend_from_slice(args);
+    ChildProcess::spawn(Path::new("/bin/sh"), all, envs)
+}
+
+#[test]
+fn data_files_are_private_whatever_the_umask() {
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().join("data");
+    let bin = nats_server_bin();
+    let envs = [
+        ("TOOLLEDGER_DATA_DIR", data_dir.to_str().unwrap()),
+        ("TOOLLEDGER_NATS__SERVER_BIN", bin.to_str().unwrap()),
+        ("TOOLLEDGER_NATS__LISTEN", "127.0.0.1:0"),
+        ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+        ("TOOLLEDGER_API__LISTEN", "127.0.0.1:0"),
+        // Payloads to the blob store, so blobs are written too.
+        ("TOOLLEDGER_PAYLOADS__OFFLOAD_THRESHOLD_BYTES", "64"),
+    ];
+    // The control: what the shell itself creates under that umask is readable by all.
+    let mut control = ChildProcess::spawn(
+        Path::new("/bin/sh"),
+        [
+            "-c",
+            "umask 022; mkdir -p \"$0/dir\"; touch \"$0/dir/file\"",
+            data.path().join("control").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(control.wait_timeout(Duration::from_secs(10)).unwrap().success());
+    assert_eq!(not_private(&data.path().join("control")).len(), 2);
+
+    let mut up = under_umask_022(&["up", "--demo"], &envs);
+    assert!(
+        up.wait_for_output("running;", Duration::from_secs(90)),
+        "up did not start\n{}\n{}",
+        up.stdout(),
+        up.stderr()
+    );
+    let stdout = up.stdout();
+    let nats_url = stdout
+        .lines()
+        .find_map(|l| l.split(" with JetStream at ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("up names its nats-server's url")
+        .to_owned();
+    // The exporter too, writing the Parquet archive.
+    let mut export = under_umask_022(
+        &["export", "--nats-url", &nats_url],
+        &[
+            ("TOOLLEDGER_DATA_DIR", data_dir.to_str().unwrap()),
+            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+            ("TOOLLEDGER_EXPORT__MAX_DELAY_MS", "100"),
+        ],
+    );
+    let parquet = data_dir.join("parquet");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_dir(&parquet).is_ok_and(|mut d| d.next().is_some()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no archive\n{}",
+            export.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        export.terminate(Duration::from_secs(30)).unwrap().success(),
+        "{}",
+        export.stderr()
+    );
+    assert!(
+        up.terminate(Duration::from_secs(30)).unwrap().success(),
+        "{}",
+        up.stderr()
+    );
+
+    for written in [
+        "projections/gen-1/toolledger.sqlite",
+        "ingest/identities.sqlite",
+        "blobs",
+        "keys/checkpoint.key",
+        "tiles",
+        "parquet",
+        "nats",
+        "logs/nats-server.log",
+        "api-token",
+    ] {
+        assert!(data_dir.join(written).exists(), "{written} was written");
+    }
+    assert_eq!(not_private(&data_dir), Vec::<String>::new());
+}
+
+#[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    use std::io::Read;
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = std::process::Command::new(toolledger())
+        .args(["serve", "--insecure-local", "--listen", "127.0.0.1:0"])
+        .env("TOOLLEDGER_DATA_DIR", data.path())
+        .env("TOOLLEDGER_TELEMETRY__LOG_FILTER", "info")
+        .env_remove("NO_COLOR")
+        .env_remove("TOOLLEDGER_NATS__URL")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = serve.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = stderr.read_to_end(&mut text);
+        text
+    });
+    // Serve without NATS warns that reads are not recorded; give it time to start and say so.
+    std::thread::sleep(Duration::from_secs(3));
+    // Our own child, stopped the way an operator would.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(serve.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let _ = serve.wait();
+    let text = String::from_utf8(reader.join().unwrap()).unwrap();
+    assert!(text.contains(" WARN "), "a log line was written: {text:?}");
+    assert!(!text.contains('\u{1b}'), "colour codes in piped logs: {text:?}");
+}
+
+#[test]
+fn up_finds_the_pinned_nats_server_without_configuration() {
+    let pinned = toolledger_testkit::workspace_root().join(".tools/nats/bin/nats-server");
+    if !pinned.is_file() || !toolledger().starts_with(toolledger_testkit::workspace_root()) {
+        println!("skipped: no pinned nats-server beside this build (run scripts/setup)");
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    // A PATH without nats-server, as a fresh shell after `scripts/demo` has it.
+    let path = "/usr/local/bin:/usr/bin:/bin";
+    assert!(
+        std::env::split_paths(path).all(|dir| !dir.join("nats-server").exists()),
+        "the test needs a PATH without nats-server"
+    );
+    let envs = [
+        ("PATH", path),
+        ("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap()),
+        ("TOOLLEDGER_NATS__LISTEN", "127.0.0.1:0"),
+        ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+        ("TOOLLEDGER_API__LISTEN", "127.0.0.1:0"),
+    ];
+    let mut up = ChildProcess::spawn(toolledger(), ["up"], &envs);
+    assert!(
+        up.wait_for_output("running;", Duration::from_secs(60)),
+        "up did not start\n{}\n{}",
+        up.stdout(),
+        up.stderr()
+    );
+    assert!(
+        up.stdout().contains("started nats-server 2.15.1"),
+        "{}",
+        up.stdout()
+    );
+    assert!(up.terminate(Duration::from_secs(30)).unwrap().success());
+
+    // A configured server that is not there: the error names the setting.
+    let mut up = ChildProcess::spawn(
+        toolledger(),
+        ["up"],
+        &[
+            ("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap()),
+            ("TOOLLEDGER_NATS__SERVER_BIN", "/nonexistent/nats-server"),
+            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+        ],
+    );
+    let status = up.wait_timeout(Duration::from_secs(30)).expect("exits");
+    assert!(!status.success());
+    assert!(up.stderr().contains("nats.server_bin"), "{}", up.stderr());
+}

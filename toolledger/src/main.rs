@@ -117,6 +117,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before anything is written: every file of the ledger's data is private, whatever the umask.
+    toolledger_core::restrict_new_files();
     let cli = Cli::parse();
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,

@@ -18,6 +18,17 @@ pub mod telemetry;
 mod error;
 pub use error::{Error, Result};
 
+/// Makes every file and directory this process creates from now on private to its user (umask
+/// 0077), whatever umask it was started with: projections, blobs, the identity index, exports,
+/// checkpoint keys and tiles hold audit data that no other local user may read. Children (the local
+/// nats-server) inherit it. Returns the umask the process had.
+///
+/// The systemd units set `UMask=0077` too; this covers `toolledger up` and manual runs.
+pub fn restrict_new_files() -> u32 {
+    use nix::sys::stat::{Mode, umask};
+    umask(Mode::from_bits_truncate(0o077)).bits()
+}
+
 /// Free and total bytes of the file system that holds `path` (for `toolledger doctor` and bulk
 /// loaders that check space before they start).
 pub fn disk_space(path: &std::path::Path) -> std::io::Result<(u64, u64)> {

@@ -4,13 +4,20 @@
 //! state of its parts through [`Telemetry::health`], and calls [`serve`] to expose both:
 //!
 //! ```text
-//! GET /metrics  Prometheus text exposition (OpenMetrics 1.0)
+//! GET /metrics  Prometheus text exposition (OpenMetrics 1.0); toolledger_health_ok{component} is 1 or 0
 //! GET /healthz  200 {"status":"ok",...} when every component is ok, 503 with the failing ones otherwise
 //! ```
+//!
+//! Most components report themselves as they change (a connection drops, a task fails). What cannot
+//! report itself — a file some other process writes, a heartbeat that stopped — is checked by a
+//! probe ([`Telemetry::add_probe`]) that both endpoints run before they answer, so a scrape and a
+//! health check never show a state older than the request.
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::Router;
@@ -61,6 +68,9 @@ impl std::fmt::Display for ErrorChain<'_> {
 
 /// Sets up the global `tracing` subscriber once. Later calls (tests run many services in one process)
 /// keep the first subscriber and return `Ok`.
+///
+/// Text logs are coloured only when stderr is a terminal and `NO_COLOR` is unset: written to a file,
+/// a pipe or journald, escape codes are noise that log searches trip over.
 pub fn init_tracing(config: &TelemetryConfig) -> Result<()> {
     let filter = EnvFilter::try_new(&config.log_filter).map_err(|e| Error::Config {
         key: "telemetry.log_filter".to_owned(),
@@ -68,6 +78,7 @@ pub fn init_tracing(config: &TelemetryConfig) -> Result<()> {
     })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour(std::io::stderr().is_terminal()))
         .with_writer(std::io::stderr);
     let _already_set = match config.log_format {
         LogFormat::Text => builder.try_init(),
@@ -76,11 +87,20 @@ pub fn init_tracing(config: &TelemetryConfig) -> Result<()> {
     Ok(())
 }
 
+/// Whether log lines are coloured: on a terminal, unless `NO_COLOR` is set to something (no-color.org).
+fn colour(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// A check run before `/healthz` and `/metrics` answer; it updates the health board itself.
+pub type Probe = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
 /// A process's metrics registry and health board, shared by its services and its HTTP endpoint.
 #[derive(Clone)]
 pub struct Telemetry {
     registry: Arc<Mutex<Registry>>,
     health: Health,
+    probes: Arc<Mutex<Vec<Probe>>>,
 }
 
 impl Telemetry {
@@ -95,10 +115,32 @@ impl Telemetry {
             )])
             .set(1);
         registry.register("build_info", "Build of the running toolledger binary", build_info);
+        let health = Health::default();
+        registry.register(
+            "health_ok",
+            "Whether each component on the health board is ok (1) or failing (0), as /healthz says",
+            health.gauges.clone(),
+        );
         Self {
             registry: Arc::new(Mutex::new(registry)),
-            health: Health::default(),
+            health,
+            probes: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+
+    /// Adds a probe that `/healthz` and `/metrics` run (all probes, concurrently) before answering.
+    /// A probe must be quick — it delays every scrape — and put blocking work on a blocking thread.
+    pub fn add_probe(&self, probe: Probe) {
+        self.probes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(probe);
+    }
+
+    /// Runs every probe, so the board is current.
+    pub async fn refresh(&self) {
+        let probes: Vec<Probe> = self.probes.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        futures::future::join_all(probes.iter().map(|probe| probe())).await;
     }
 
     /// Runs `f` with the registry so a service can register its metrics.
@@ -131,6 +173,8 @@ impl Default for Telemetry {
 #[derive(Clone, Default)]
 pub struct Health {
     components: Arc<Mutex<BTreeMap<String, ComponentHealth>>>,
+    /// `toolledger_health_ok{component}`, kept beside the board so a scrape says what `/healthz` says.
+    gauges: Family<Vec<(String, String)>, Gauge>,
 }
 
 /// One component's health.
@@ -175,6 +219,9 @@ impl Health {
     }
 
     fn set(&self, component: &str, health: ComponentHealth) {
+        self.gauges
+            .get_or_create(&vec![("component".to_owned(), component.to_owned())])
+            .set(i64::from(health.ok));
         self.components
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -227,6 +274,7 @@ pub async fn serve(
 }
 
 async fn metrics(State(telemetry): State<Telemetry>) -> Response {
+    telemetry.refresh().await;
     (
         [(
             header::CONTENT_TYPE,
@@ -238,6 +286,7 @@ async fn metrics(State(telemetry): State<Telemetry>) -> Response {
 }
 
 async fn healthz(State(telemetry): State<Telemetry>) -> Response {
+    telemetry.refresh().await;
     let report = telemetry.health().report();
     let code = if report.status == "ok" {
         StatusCode::OK
@@ -245,4 +294,42 @@ async fn healthz(State(telemetry): State<Telemetry>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (code, axum::Json(report)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal() {
+        assert!(!colour(false));
+        // NO_COLOR is not set by the test runner; when it is, colour is off even on a terminal.
+        assert_eq!(
+            colour(true),
+            std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        );
+    }
+
+    #[tokio::test]
+    async fn metrics_say_what_the_board_says_after_the_probes_ran() {
+        let telemetry = Telemetry::new();
+        telemetry.health().ok("api", "serving");
+        let health = telemetry.health().clone();
+        telemetry.add_probe(Arc::new(move || {
+            let health = health.clone();
+            Box::pin(async move { health.failing("projection", "unreadable") })
+        }));
+        assert_eq!(telemetry.health().report().status, "ok");
+        telemetry.refresh().await;
+        assert_eq!(telemetry.health().report().status, "failing");
+        let text = telemetry.encode_metrics();
+        assert!(
+            text.contains("toolledger_health_ok{component=\"api\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("toolledger_health_ok{component=\"projection\"} 0"),
+            "{text}"
+        );
+    }
 }

@@ -8,6 +8,7 @@
 mod generations;
 mod ledger;
 mod sql;
+mod sql_bounds;
 mod store;
 mod truth;
 

@@ -185,6 +185,7 @@ fn runaway_statements_are_cut_off_and_rows_are_capped() {
     let limits = SqlLimits {
         timeout: Duration::from_millis(300),
         max_rows: 5,
+        ..SqlLimits::default()
     };
     for sql in [
         "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",

@@ -152,7 +152,7 @@ pub(super) async fn inclusion(State(state): Shared, headers: HeaderMap, RawQuery
                     None,
                     [(tenant, invocation, session)],
                 )
-                .await;
+                .await?;
         }
         Ok(json_response(&proof))
     }
@@ -315,7 +315,7 @@ async fn bundle(
         } else {
             (tenant, None, Some(id))
         };
-        state.record(&principal, endpoint, None, [row]).await;
+        state.record(&principal, endpoint, None, [row]).await?;
         Ok((
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],

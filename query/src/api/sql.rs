@@ -1,35 +1,50 @@
 //! `POST /v1/sql`: one read-only statement over the projection, under the projector's sandbox
-//! (`toolledger_projector::run_sql`).
+//! (`toolledger_projector::run_sql_interruptible`).
 //!
 //! ```text
 //! body {sql, tenant?, max_rows?, timeout_ms?} ─▶ scope: the token's tenant (views), or admin (main)
-//!   ─▶ a SQL slot (semaphore; waits up to SLOT_WAIT, else 503 sql_busy)
-//!   ─▶ run_sql on a blocking thread (authorizer, time limit, row cap)
-//!   ─▶ {columns, rows, truncated, elapsed_ms}  + one access read per tenant read
+//!   ─▶ a slot of its owner (the tenant; all admins share one), then one of the server's;
+//!      each waited for up to SLOT_WAIT, else 503 sql_busy
+//!   ─▶ run_sql_interruptible on a blocking thread, which holds both slots until the statement has
+//!      stopped; the request dropped (client gone) or the server stopping interrupts it
+//!   ─▶ {columns, rows, truncated, elapsed_ms}  + the access records (`crate::access::Reads`)
 //! refused ─▶ 400 sql_refused · bad SQL ─▶ 400 sql_invalid · past the time limit ─▶ 422 sql_timeout
+//! a value, the answer or SQLite's memory past its bound ─▶ 422 sql_too_large · stopping ─▶ 503 sql_canceled
 //! ```
+//!
+//! Slots are fair between tenants rather than first come: a tenant runs at most [`TENANT_SLOTS`]
+//! statements and the server [`SERVER_SLOTS`], so a tenant's runaway statements leave the others
+//! slots; every running statement is on the `toolledger_api_sql_running` gauge.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
 use serde_json::Value;
-use toolledger_projector::{SqlLimits, SqlResult, SqlScope};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use toolledger_core::telemetry::Telemetry;
+use toolledger_projector::{SqlInterrupt, SqlLimits, SqlResult, SqlScope};
 
 use super::{ApiState, Shared, finish, json_response};
-use crate::access::AccessRead;
-use crate::auth::Principal;
+use crate::access::Reads;
+use crate::auth::{Access, Principal};
 use crate::error::{Error, Result};
 
-/// Statements allowed to run at once (see `ApiState::sql_slots`).
-pub(super) const SLOTS: usize = 2;
+/// Statements one tenant (or all admins together) runs at once.
+pub(super) const TENANT_SLOTS: usize = 2;
+/// Statements the server runs at once: each holds a blocking thread and a core for up to its time
+/// limit. Twice a tenant's share, so one tenant's runaway statements leave as many for the others.
+pub(super) const SERVER_SLOTS: usize = 4;
 /// How long a request waits for a slot before it is told to retry.
 const SLOT_WAIT: Duration = Duration::from_secs(10);
+/// Whose slots admins' statements take: a reserved name no tenant can have.
+const ADMINS: &str = "_admin";
 /// Row cap when the request names none, and the most a request may ask for.
 const DEFAULT_ROWS: usize = 1_000;
 const MAX_ROWS: usize = 10_000;
@@ -67,7 +82,135 @@ impl SqlRequest {
         Ok(SqlLimits {
             timeout: Duration::from_millis(timeout_ms),
             max_rows,
+            ..SqlLimits::default()
         })
+    }
+}
+
+/// The SQL slots: each owner's, the server's, and the statements running in them.
+pub(super) struct SqlSlots {
+    server: Arc<Semaphore>,
+    owners: Mutex<HashMap<String, Arc<Semaphore>>>,
+    running: Mutex<Running>,
+    /// Statements running, i.e. blocking threads busy with one.
+    gauge: Gauge,
+}
+
+#[derive(Default)]
+struct Running {
+    next: u64,
+    statements: HashMap<u64, SqlInterrupt>,
+    stopping: bool,
+}
+
+impl SqlSlots {
+    /// Slots for a server whose metrics are `telemetry`'s.
+    pub(super) fn new(telemetry: &Telemetry) -> Arc<Self> {
+        let gauge = Gauge::default();
+        telemetry.register(|registry| {
+            registry.register(
+                "api_sql_running",
+                "Analysts' SQL statements running, each on a blocking thread",
+                gauge.clone(),
+            );
+        });
+        Arc::new(Self {
+            server: Arc::new(Semaphore::new(SERVER_SLOTS)),
+            owners: Mutex::new(HashMap::new()),
+            running: Mutex::new(Running::default()),
+            gauge,
+        })
+    }
+
+    /// A slot of `owner` and one of the server's, waiting up to [`SLOT_WAIT`] in all.
+    async fn acquire(self: &Arc<Self>, owner: &str) -> Result<SqlSlot> {
+        let deadline = tokio::time::Instant::now() + SLOT_WAIT;
+        let owners = Arc::clone(
+            lock(&self.owners)
+                .entry(owner.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(TENANT_SLOTS))),
+        );
+        let take = |semaphore: Arc<Semaphore>, slots: usize, whose: &'static str| async move {
+            match tokio::time::timeout_at(deadline, semaphore.acquire_owned()).await {
+                Ok(Ok(permit)) => Ok(permit),
+                // Closed: the server is stopping.
+                Ok(Err(_)) => Err(Error::SqlCanceled),
+                Err(_) => Err(Error::SqlBusy { slots, whose }),
+            }
+        };
+        let owner_permit = take(owners, TENANT_SLOTS, "this tenant").await?;
+        let server_permit = take(Arc::clone(&self.server), SERVER_SLOTS, "the server").await?;
+        let mut running = lock(&self.running);
+        if running.stopping {
+            return Err(Error::SqlCanceled);
+        }
+        let id = running.next;
+        running.next += 1;
+        let interrupt = SqlInterrupt::new();
+        running.statements.insert(id, interrupt.clone());
+        self.gauge.inc();
+        Ok(SqlSlot {
+            slots: Arc::clone(self),
+            id,
+            interrupt,
+            _owner: owner_permit,
+            _server: server_permit,
+        })
+    }
+
+    /// Stops every running statement and turns away those waiting for a slot and any new one: the
+    /// server is stopping, and the runtime would wait for the blocking threads they hold.
+    pub(super) fn shut_down(&self) {
+        let interrupts: Vec<SqlInterrupt> = {
+            let mut running = lock(&self.running);
+            running.stopping = true;
+            running.statements.values().cloned().collect()
+        };
+        self.server.close();
+        for semaphore in lock(&self.owners).values() {
+            semaphore.close();
+        }
+        for interrupt in interrupts {
+            interrupt.cancel();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One statement's hold on its slots. It moves into the blocking task and is released when the
+/// statement has stopped running, not when the request ends.
+struct SqlSlot {
+    slots: Arc<SqlSlots>,
+    id: u64,
+    interrupt: SqlInterrupt,
+    _owner: OwnedSemaphorePermit,
+    _server: OwnedSemaphorePermit,
+}
+
+impl Drop for SqlSlot {
+    fn drop(&mut self) {
+        lock(&self.slots.running).statements.remove(&self.id);
+        self.slots.gauge.dec();
+    }
+}
+
+/// Interrupts the statement when the request is dropped before its answer: the client went away.
+struct CancelOnDrop(Option<SqlInterrupt>);
+
+impl CancelOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(interrupt) = self.0.take() {
+            interrupt.cancel();
+        }
     }
 }
 
@@ -85,19 +228,24 @@ pub(super) async fn sql(State(state): Shared, headers: HeaderMap, body: Bytes) -
             Some(tenant) => SqlScope::Tenant(tenant),
             None => SqlScope::Admin,
         };
-        let _slot = tokio::time::timeout(SLOT_WAIT, state.sql_slots.acquire())
-            .await
-            .map_err(|_| Error::SqlBusy { running: SLOTS })?
-            .map_err(|_| Error::SqlBusy { running: SLOTS })?;
+        let owner = match (&principal.access, &scope) {
+            (Access::Tenants(_), SqlScope::Tenant(tenant)) => tenant.as_str(),
+            _ => ADMINS,
+        };
         let database = state.reader.database()?;
-        let statement = request.sql.clone();
-        let run_scope = scope.clone();
+        let slot = state.sql_slots.acquire(owner).await?;
+        let interrupt = slot.interrupt.clone();
+        let client_gone = CancelOnDrop(Some(interrupt.clone()));
+        let (statement, run_scope) = (request.sql.clone(), scope.clone());
         let outcome = tokio::task::spawn_blocking(move || {
-            toolledger_projector::run_sql(&database, &run_scope, &statement, limits)
+            let _slot = slot;
+            toolledger_projector::run_sql_interruptible(&database, &run_scope, &statement, limits, &interrupt)
         })
-        .await
-        .map_err(|e| Error::Task(e.to_string()))?
-        .map_err(Error::from)?;
+        .await;
+        client_gone.disarm();
+        let outcome = outcome
+            .map_err(|e| Error::Task(e.to_string()))?
+            .map_err(Error::from)?;
         record(&state, &principal, &scope, &request.sql, &outcome).await?;
         Ok(json_response(&outcome))
     }
@@ -105,9 +253,10 @@ pub(super) async fn sql(State(state): Shared, headers: HeaderMap, body: Bytes) -
     finish(&state, "sql", result)
 }
 
-/// One access read per tenant whose rows the statement may have returned: the scope's tenant; for an
-/// admin, the values of a `tenant` column when the result has one, else every tenant in the
-/// projection (the statement could have read any of them).
+/// The statement's access records ([`Reads`]: a tenant's records never carry another's text): for a
+/// tenant scope, that tenant's; for an admin, the tenants in a `tenant` result column, or, when the
+/// result has none, every tenant in the projection (it could have read any), each with the
+/// statement's digest, and the statement itself in a record of the ledger's own tenant.
 async fn record(
     state: &Arc<ApiState>,
     principal: &Principal,
@@ -115,46 +264,38 @@ async fn record(
     statement: &str,
     outcome: &SqlResult,
 ) -> Result<()> {
-    let Some(log) = &state.access_log else {
+    if state.access_log.is_none() {
         return Ok(());
-    };
+    }
     let rows = outcome.rows.len() as u64;
-    let mut by_tenant: BTreeMap<String, u64> = BTreeMap::new();
+    let tenant_scope = match scope {
+        SqlScope::Tenant(tenant) => Some(tenant.as_str()),
+        SqlScope::Admin => None,
+    };
+    let mut reads = Reads::new(principal, "POST /v1/sql", tenant_scope, Some(statement));
     match scope {
-        SqlScope::Tenant(tenant) => {
-            by_tenant.insert(tenant.clone(), rows);
-        }
+        SqlScope::Tenant(tenant) => reads.rows(tenant.clone(), rows),
         SqlScope::Admin => {
             let column = outcome.columns.iter().position(|c| c == "tenant");
+            let mut found = false;
             if let Some(column) = column {
                 for row in &outcome.rows {
                     if let Some(Value::String(tenant)) = row.get(column)
                         && crate::params::tenant(tenant).is_ok()
                     {
-                        *by_tenant.entry(tenant.clone()).or_default() += 1;
+                        reads.rows(tenant.clone(), 1);
+                        found = true;
                     }
                 }
             }
-            if column.is_none() || (by_tenant.is_empty() && rows > 0) {
+            if column.is_none() || (!found && rows > 0) {
                 for tenant in state.reader.read(known_tenants).await? {
-                    by_tenant.insert(tenant, rows);
+                    reads.rows(tenant, rows);
                 }
             }
         }
     }
-    for (tenant, row_count) in by_tenant {
-        log.record(AccessRead {
-            tenant,
-            principal: principal.name.clone(),
-            endpoint: "POST /v1/sql",
-            invocation_ids: Vec::new(),
-            session_ids: Vec::new(),
-            query: Some(statement.to_owned()),
-            row_count,
-        })
-        .await;
-    }
-    Ok(())
+    state.publish(reads).await
 }
 
 /// Every producer tenant with entries in the projection.

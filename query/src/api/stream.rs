@@ -112,7 +112,7 @@ pub(super) async fn replay(
         let rows = std::iter::repeat_n((tenant, None, Some(session_id)), planned.len());
         state
             .record(&principal, "GET /v1/sessions/{session_id}/replay", None, rows)
-            .await;
+            .await?;
         let body = crate::replay::replay(ledger, planned, pace).scan(false, move |failed, item| {
             let chunk = match (*failed, item) {
                 (true, _) => None,

@@ -6,6 +6,7 @@
 mod lists;
 mod payloads;
 mod serve;
+mod sql;
 
 use toolledger_projector::{RawEntry, Store};
 

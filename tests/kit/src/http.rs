@@ -35,12 +35,36 @@ pub fn http_get_as(addr: SocketAddr, path: &str, token: &str) -> std::io::Result
     get(addr, path, &format!("Authorization: Bearer {token}\r\n"))
 }
 
+/// POSTs a JSON `body` to `path`, with `Authorization: Bearer <token>` when a token is given, and
+/// reads the whole response.
+pub fn http_post(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> std::io::Result<HttpResponse> {
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    request(
+        addr,
+        &format!("POST {path}"),
+        &format!(
+            "{auth}Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ),
+        body,
+    )
+}
+
 fn get(addr: SocketAddr, path: &str, extra_headers: &str) -> std::io::Result<HttpResponse> {
+    request(addr, &format!("GET {path}"), extra_headers, "")
+}
+
+fn request(addr: SocketAddr, line: &str, extra_headers: &str, body: &str) -> std::io::Result<HttpResponse> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra_headers}Connection: close\r\n\r\n"
+        "{line} HTTP/1.1\r\nHost: {addr}\r\n{extra_headers}Connection: close\r\n\r\n{body}"
     )?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;

@@ -26,7 +26,7 @@ mod process;
 mod s3;
 
 pub use cluster::{CLUSTER_SIZE, NatsCluster};
-pub use http::{HttpResponse, http_get, http_get_as};
+pub use http::{HttpResponse, http_get, http_get_as, http_post};
 pub use ledger::{
     append_events, create_ledger, entry_bytes, entry_bytes_with_refs, generated, ledger_subject,
 };

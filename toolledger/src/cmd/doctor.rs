@@ -3,7 +3,8 @@
 //! ```text
 //! config (already loaded) ─▶ NATS reachable ─▶ stream contract (limits, deny flags, replicas)
 //!   ─▶ ingest lag (ATL_INBOUND backlog and its oldest message) ─▶ checkpoint age against the ledger
-//!   ─▶ quarantine rate (last hour) ─▶ projection lag ─▶ disk space of the data directory
+//!   ─▶ quarantine rate (last hour) ─▶ projection: readable (every page: `PRAGMA quick_check`) and
+//!      its lag ─▶ projector: its heartbeat ─▶ data directory: private ─▶ disk space
 //! ```
 //!
 //! Each check is `ok`, `warn` or `fail` with a detail and, when not ok, the action (the runbooks in
@@ -133,6 +134,8 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         checks.push(quarantine_rate(&js).await);
     }
     checks.push(projection_lag(&config, ledger_last));
+    checks.push(projector(&config));
+    checks.push(data_dir_mode(&config));
     checks.push(disk(&config));
 
     if args.json {
@@ -356,14 +359,43 @@ fn projection_lag(config: &Config, ledger_last: Option<u64>) -> Check {
             );
         }
     };
-    let position =
-        toolledger_projector::Store::open_readonly(&generation.database()).and_then(|s| s.position());
+    // Every page is read: a damaged page the services have not met yet is found here, before a
+    // reader or the projector trips over it.
+    let database = generation.database();
+    let position = toolledger_projector::Store::open_readonly(&database).and_then(|store| {
+        let problems = store.integrity_problems(5)?;
+        Ok((store.position()?, problems))
+    });
+    let rebuild = "run `toolledger rebuild` (a new generation from the ledger; `toolledger project` and \
+                   the query service switch to it by themselves), then `toolledger doctor` again";
+    let position = match position {
+        Ok((_, problems)) if !problems.is_empty() => {
+            return check(
+                "projection",
+                Status::Fail,
+                format!(
+                    "{} ({}) is damaged: {}",
+                    generation.name(),
+                    database.display(),
+                    problems.join("; ")
+                ),
+                Some(rebuild),
+            );
+        }
+        Ok((position, _)) => Ok(position),
+        Err(error) => Err(error),
+    };
     match (position, ledger_last) {
         (Err(error), _) => check(
             "projection",
             Status::Fail,
-            error.to_string(),
-            Some("run `toolledger rebuild`"),
+            format!(
+                "{} ({}) cannot be read: {}",
+                generation.name(),
+                database.display(),
+                toolledger_core::telemetry::ErrorChain(&error)
+            ),
+            Some(rebuild),
         ),
         (Ok(position), Some(last)) if last > position + LAG_MESSAGES => check(
             "projection",
@@ -381,6 +413,50 @@ fn projection_lag(config: &Config, ledger_last: Option<u64>) -> Check {
             ),
             None,
         ),
+    }
+}
+
+/// Whether a projector is running on this data directory, from its heartbeat.
+fn projector(config: &Config) -> Check {
+    let generations = toolledger_projector::Generations::new(&config.data_dir);
+    match toolledger_projector::Heartbeat::read(&generations) {
+        Ok(Some(beat)) => match beat.verdict() {
+            (true, detail) => check("projector", Status::Ok, detail, None),
+            (false, detail) => check(
+                "projector",
+                Status::Fail,
+                detail,
+                Some("start `toolledger project` (systemd: toolledger-project.service); see its log"),
+            ),
+        },
+        Ok(None) => check(
+            "projector",
+            Status::Warn,
+            "no projector has run on this data directory (no heartbeat)",
+            Some("run `toolledger project` (or `toolledger up`)"),
+        ),
+        Err(error) => check("projector", Status::Warn, error.to_string(), None),
+    }
+}
+
+/// Whether the data directory is private to its owner: it holds projections, blobs, the identity
+/// index, signing keys. New files are private whatever the umask; older ones may not be.
+fn data_dir_mode(config: &Config) -> Check {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match std::fs::metadata(&config.data_dir) {
+        Ok(metadata) => metadata.permissions().mode() & 0o777,
+        Err(error) => return check("permissions", Status::Warn, error.to_string(), None),
+    };
+    let detail = format!("{} is mode {mode:03o}", config.data_dir.display());
+    if mode & 0o077 == 0 {
+        check("permissions", Status::Ok, detail, None)
+    } else {
+        check(
+            "permissions",
+            Status::Warn,
+            format!("{detail}: other users may read the ledger's data"),
+            Some(&format!("chmod -R go-rwx {}", config.data_dir.display())),
+        )
     }
 }
 

@@ -53,6 +53,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let limits = SqlLimits {
         timeout: Duration::from_millis(args.timeout_ms.max(1)),
         max_rows: args.max_rows.max(1),
+        ..SqlLimits::default()
     };
     let statement = args.statement.clone();
     let database = generation.database();

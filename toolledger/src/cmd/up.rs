@@ -10,6 +10,10 @@
 //!
 //! With no `[api] tokens` configured, `up` trusts one local admin token, generated on first run into
 //! `<data_dir>/api-token` (mode 0600) and printed by path, never by value.
+//!
+//! The local nats-server is `nats.server_bin`: a path, or a name looked up on `PATH` and then in the
+//! checkout this binary was built in (`.tools/nats/bin/`, where `scripts/setup` installs the pinned
+//! server), so `target/release/toolledger up` works after `scripts/demo` with nothing configured.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -141,11 +145,21 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     };
     let projector = tokio::spawn({
         let client = client.clone();
+        let health = health.clone();
         async move {
-            toolledger_projector::run(client, &projector_options, async {
+            let result = toolledger_projector::run(client, &projector_options, async {
                 let _ = projector_stopped.await;
             })
-            .await
+            .await;
+            // Said at once, not only at shutdown: the board and the log show a projector that ended.
+            if let Err(error) = &result {
+                tracing::error!(error = %ErrorChain(error), "the projector ended; restart `toolledger up`");
+                health.failing(
+                    toolledger_projector::heartbeat::COMPONENT,
+                    format!("ended: {}", ErrorChain(error)),
+                );
+            }
+            result
         }
     });
     say(&format!(
@@ -471,8 +485,9 @@ async fn publish_demo_session(js: &async_nats::jetstream::Context) -> anyhow::Re
 }
 
 async fn start_local_server(config: &Config) -> anyhow::Result<NatsServer> {
+    let bin = server_bin(&config.nats.server_bin)?;
     let spec = NatsServerSpec {
-        bin: config.nats.server_bin.clone(),
+        bin: bin.clone(),
         host: config.nats.listen.ip(),
         port: Some(config.nats.listen.port()).filter(|p| *p != 0),
         store_dir: config.nats_store_dir(),
@@ -480,7 +495,62 @@ async fn start_local_server(config: &Config) -> anyhow::Result<NatsServer> {
         config_file: None,
         pid_file: Some(config.data_dir.join("nats-server.pid")),
     };
-    Ok(tokio::task::spawn_blocking(move || NatsServer::start(spec)).await??)
+    tokio::task::spawn_blocking(move || NatsServer::start(spec))
+        .await?
+        .with_context(|| {
+            format!(
+                "starting the local nats-server {} (nats.server_bin; or set nats.url to use a running server)",
+                bin.display()
+            )
+        })
+}
+
+/// Where the pinned nats-server sits in a checkout (`scripts/setup` installs it there).
+const PINNED_SERVER: &str = ".tools/nats/bin/nats-server";
+
+/// The nats-server to run for `nats.server_bin`: a path as given; a bare name from `PATH`, else the
+/// pinned server of the checkout this binary was built in. An error names the setting.
+fn server_bin(configured: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    let not_found = |looked: &str| {
+        anyhow::anyhow!(
+            "no nats-server to start: {looked}; set nats.server_bin (TOOLLEDGER_NATS__SERVER_BIN) to the \
+             server's path, set nats.url to use a running server, or run scripts/setup to install the pinned one"
+        )
+    };
+    if configured.components().count() > 1 {
+        return if configured.is_file() {
+            Ok(configured.to_path_buf())
+        } else {
+            Err(not_found(&format!(
+                "nats.server_bin {} does not exist",
+                configured.display()
+            )))
+        };
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(configured))
+        .find(|candidate| candidate.is_file());
+    if let Some(found) = on_path {
+        return Ok(found);
+    }
+    let exe = std::env::current_exe().ok();
+    let pinned = exe
+        .iter()
+        .flat_map(|exe| exe.ancestors().skip(1))
+        .map(|dir| dir.join(PINNED_SERVER))
+        .find(|candidate| candidate.is_file() && candidate.file_name() == Some(configured.as_os_str()));
+    match pinned {
+        Some(pinned) => {
+            tracing::info!(server = %pinned.display(), "nats-server not on PATH; using the checkout's pinned server");
+            Ok(pinned)
+        }
+        None => Err(not_found(&format!(
+            "`{}` is not on PATH and no {PINNED_SERVER} is beside this build",
+            configured.display()
+        ))),
+    }
 }
 
 fn log_path(config: &Config) -> std::path::PathBuf {
