@@ -1,5 +1,5 @@
 //! `toolledger import`: --dry-run output, the per-record report, exit codes, and publishing to a real
-//! nats-server (a re-import is deduplicated).
+//! nats-server (a re-import sends the same events again, under the same ids, for ingest to drop).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -112,7 +112,7 @@ fn a_clean_file_exits_0_and_usage_errors_exit_2() {
 }
 
 #[test]
-fn import_publishes_to_atl_inbound_and_a_reimport_is_deduplicated() {
+fn import_publishes_to_atl_inbound_and_a_reimport_sends_the_same_events_again() {
     let nats = NatsFixture::start();
     let url = nats.url();
     let data = tempfile::tempdir().unwrap();
@@ -148,7 +148,7 @@ fn import_publishes_to_atl_inbound_and_a_reimport_is_deduplicated() {
     assert!(
         second
             .stdout()
-            .contains(&format!("published 0, duplicates {published}, failed 0")),
+            .contains(&format!("published {published}, duplicates 0, failed 0")),
         "{}",
         second.stdout()
     );

@@ -66,7 +66,8 @@ fn init_creates_then_verifies_and_emit_publishes_dedupes_and_reports_failures() 
     );
     assert!(out.contains("events.ndjson:3: not_ijson"), "{out}");
 
-    // The same events again, now structured: the same Nats-Msg-Id, so the stream reports duplicates.
+    // The same events again, now structured: sent again (ATL_INBOUND dedupes nothing; ingest drops
+    // them by identity).
     let again = dir.path().join("again.json");
     std::fs::write(&again, format!("[{cloudevent}, {envelope}]")).unwrap();
     let (ok, out, err) = run(&[
@@ -80,7 +81,7 @@ fn init_creates_then_verifies_and_emit_publishes_dedupes_and_reports_failures() 
         again.to_str().unwrap(),
     ]);
     assert!(ok, "{out}\n{err}");
-    assert!(out.contains("published 0, duplicates 2, failed 0"), "{out}");
+    assert!(out.contains("published 2, duplicates 0, failed 0"), "{out}");
 
     // What reached the stream decodes back, on the subjects the classes name.
     let runtime = tokio::runtime::Builder::new_current_thread()

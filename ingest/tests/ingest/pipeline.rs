@@ -283,6 +283,61 @@ async fn generated_events_land_once_in_order_and_repeats_add_nothing() {
     ingest.stop().await;
 }
 
+/// Issue 28's censorship attack: tenant A publishes, on its own subject, an event carrying the
+/// `Nats-Msg-Id` derived for tenant B's next event. ATL_INBOUND dedupes nothing, so B's real event is
+/// stored, ingested and in the ledger beside A's.
+#[tokio::test]
+async fn another_tenants_msg_id_never_suppresses_an_event() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    contract_streams(&js).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start(&nats, dir.path());
+
+    let events = generate(&GeneratorConfig {
+        seed: 29,
+        sessions: 2,
+        tenants: vec!["acme".into(), "globex".into()],
+        ..Default::default()
+    })
+    .events;
+    let victim = events.iter().find(|e| e["tenant"] == "globex").unwrap().clone();
+    let attacker = events.iter().find(|e| e["tenant"] == "acme").unwrap().clone();
+    let mut forged = produce::prepare_all(std::slice::from_ref(&attacker), Mode::Binary).unwrap();
+    let victims_id = produce::prepare_all(std::slice::from_ref(&victim), Mode::Binary).unwrap()[0]
+        .1
+        .msg_id
+        .clone();
+    forged[0].1.headers.insert("Nats-Msg-Id", victims_id.as_str());
+    assert!(forged[0].1.subject.starts_with("atl.in.acme."));
+    let report = produce::publish_all(&js, forged).await;
+    assert_eq!(report.published, 1, "{report:?}");
+
+    let report = produce::publish_all(
+        &js,
+        produce::prepare_all(std::slice::from_ref(&victim), Mode::Binary).unwrap(),
+    )
+    .await;
+    assert_eq!((report.published, report.duplicates), (1, 0), "{report:?}");
+    drained(&js).await;
+    let stored = ledger(&js).await;
+    let ids: Vec<(String, String)> = stored
+        .iter()
+        .map(|entry| {
+            (
+                entry.event.extension_str("tenant").unwrap_or_default().to_owned(),
+                entry.event.id().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        ids.contains(&("globex".to_owned(), victim["id"].as_str().unwrap().to_owned())),
+        "the victim's event is in the ledger: {ids:?}"
+    );
+    assert!(ids.contains(&("acme".to_owned(), attacker["id"].as_str().unwrap().to_owned())));
+    ingest.stop().await;
+}
+
 #[tokio::test]
 async fn a_restarted_ingest_rebuilds_its_index_from_the_ledger() {
     let nats = NatsFixture::start();

@@ -34,8 +34,10 @@ const MAX_IN_FLIGHT: usize = 256;
 /// ack caught by a server crash was seen never to resolve, which would hang a producer for good.
 const ACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// `Nats-Msg-Id` for an event: hex SHA-256 over the length-prefixed tenant, source and id, so the same
-/// event published twice is deduplicated by the stream whatever its encoding.
+/// `Nats-Msg-Id` for an event: hex SHA-256 over the length-prefixed tenant, source and id, the same
+/// whatever its encoding. ATL_INBOUND does not dedupe on it (any tenant could send another's id;
+/// see `streams::INBOUND_SOURCE`): ingest drops a repeated event by its identity. It names the event
+/// for [`publish_all`]'s own repeats and for servers and tools downstream.
 pub fn msg_id(tenant: &Tenant, source: &str, id: &str) -> String {
     let mut hasher = sha2::Sha256::new();
     hasher.update(b"toolledger.msg-id.v1");
@@ -211,17 +213,24 @@ fn class_of(ty: &str) -> Result<EventClass> {
 pub struct PublishReport {
     /// Stored by the stream.
     pub published: usize,
-    /// Acknowledged as duplicates (same `Nats-Msg-Id` within the window) and not stored again.
+    /// Repeats of an event earlier in the same call (same `Nats-Msg-Id`), not sent again. An event
+    /// sent by an earlier call is sent again; ingest drops it by its identity.
     pub duplicates: usize,
     /// `(location, reason)` for each event that was not acknowledged.
     pub failed: Vec<(String, String)>,
 }
 
-/// Publishes every `(location, message)` and waits for each ack.
+/// Publishes every `(location, message)` — a repeat of an earlier one in `messages` is counted,
+/// not sent — and waits for each ack.
 pub async fn publish_all(js: &jetstream::Context, messages: Vec<(String, Outgoing)>) -> PublishReport {
     let mut report = PublishReport::default();
     let mut in_flight = Vec::with_capacity(MAX_IN_FLIGHT);
+    let mut sent = std::collections::HashSet::new();
     for (location, message) in messages {
+        if !sent.insert(message.msg_id.clone()) {
+            report.duplicates += 1;
+            continue;
+        }
         let publish = js.publish_with_headers(message.subject, message.headers, message.payload);
         match tokio::time::timeout(ACK_TIMEOUT, publish).await {
             Ok(Ok(ack)) => in_flight.push((location, ack)),
@@ -242,6 +251,7 @@ async fn drain(
 ) {
     for (location, ack) in in_flight.drain(..) {
         match tokio::time::timeout(ACK_TIMEOUT, ack.into_future()).await {
+            // A server that still dedupes (a contract before `init` switched it off) says so.
             Ok(Ok(ack)) if ack.duplicate => report.duplicates += 1,
             Ok(Ok(_)) => report.published += 1,
             Ok(Err(error)) => report.failed.push((location, error.to_string())),

@@ -2,7 +2,8 @@
 //! and the checks that a live one is no weaker.
 //!
 //! ```text
-//! ensure_contract ─┬─ ATL_INBOUND      inbound_config     ─┐
+//! ensure_contract ─┬─ ATL_INBOUND_SOURCE inbound_source_config (empty; lets ATL_INBOUND dedupe nothing)
+//!                  ├─ ATL_INBOUND      inbound_config     ─┐  (a live one that still dedupes is upgraded)
 //!                  ├─ ATL_LEDGER       ledger_config       │ missing ─▶ create
 //!                  ├─ ATL_CHECKPOINTS  checkpoints_config  ├─ present ─▶ check_* ─▶ weaker? ─▶ Error::StreamConfigWeaker
 //!                  ├─ ATL_QUARANTINE   quarantine_config  ─┘            (never changed)
@@ -33,6 +34,12 @@ use crate::{Error, Result, Tenant};
 pub const INBOUND: &str = "ATL_INBOUND";
 /// Subjects of [`INBOUND`]: `atl.in.<tenant>.<event class>`.
 pub const INBOUND_SUBJECTS: &str = "atl.in.>";
+/// An empty stream that [`INBOUND`] sources from, for one reason: nats-server lets a stream
+/// switch `Nats-Msg-Id` deduplication off (a duplicate window of 0) only when it has sources. One
+/// stream shared by every tenant cannot dedupe on an id any producer may set: tenant A publishing
+/// tenant B's next id would get B's real event acknowledged as a duplicate and dropped. ATL_INBOUND
+/// therefore dedupes nothing; ingest drops repeats by identity (tenant, source, id) and digest.
+pub const INBOUND_SOURCE: &str = "ATL_INBOUND_SOURCE";
 /// The immutable ledger, the source of truth.
 pub const LEDGER: &str = "ATL_LEDGER";
 /// Subjects of [`LEDGER`]: `atl.ledger.<tenant>.<event class>`.
@@ -75,8 +82,6 @@ pub fn payloads_stream(tenant: &Tenant) -> String {
 pub struct InboundSettings {
     /// Size at which a full inbox refuses new messages (discard new); never drops.
     pub max_bytes: i64,
-    /// Window in which a repeated `Nats-Msg-Id` is acknowledged as a duplicate and not stored.
-    pub duplicate_window: Duration,
     /// Stream replicas (3 in a cluster).
     pub replicas: usize,
 }
@@ -86,8 +91,6 @@ impl Default for InboundSettings {
         Self {
             // Generous: a backlog of hours at a few thousand events a second, far from a small disk's limit.
             max_bytes: 4 * 1024 * 1024 * 1024,
-            // Longer than any producer's retry loop; ingest dedupes beyond it by identity and digest.
-            duplicate_window: Duration::from_secs(10 * 60),
             replicas: 1,
         }
     }
@@ -121,7 +124,8 @@ fn replicas_metadata(replicas: usize) -> HashMap<String, String> {
     HashMap::from([(REPLICAS_METADATA.to_owned(), replicas.to_string())])
 }
 
-/// The ATL_INBOUND stream configuration.
+/// The ATL_INBOUND stream configuration: a work queue that refuses when full and dedupes nothing
+/// (its duplicate window is 0, allowed because it sources [`INBOUND_SOURCE`]).
 pub fn inbound_config(settings: &InboundSettings) -> stream::Config {
     stream::Config {
         name: INBOUND.to_owned(),
@@ -131,7 +135,29 @@ pub fn inbound_config(settings: &InboundSettings) -> stream::Config {
         retention: stream::RetentionPolicy::WorkQueue,
         discard: stream::DiscardPolicy::New,
         max_bytes: settings.max_bytes,
-        duplicate_window: settings.duplicate_window,
+        duplicate_window: Duration::ZERO,
+        sources: Some(vec![stream::Source {
+            name: INBOUND_SOURCE.to_owned(),
+            ..Default::default()
+        }]),
+        num_replicas: settings.replicas,
+        metadata: replicas_metadata(settings.replicas),
+        ..Default::default()
+    }
+}
+
+/// The [`INBOUND_SOURCE`] configuration: empty, and kept so: its only subject is its own name,
+/// which no producer may publish to, and it refuses any message (one byte at most, discard new).
+pub fn inbound_source_config(settings: &InboundSettings) -> stream::Config {
+    stream::Config {
+        name: INBOUND_SOURCE.to_owned(),
+        description: Some(
+            "empty: ATL_INBOUND sources it so that its duplicate window may be 0 (no Nats-Msg-Id dedupe)"
+                .to_owned(),
+        ),
+        storage: stream::StorageType::File,
+        discard: stream::DiscardPolicy::New,
+        max_bytes: 1,
         num_replicas: settings.replicas,
         metadata: replicas_metadata(settings.replicas),
         ..Default::default()
@@ -351,7 +377,19 @@ pub fn weaknesses(live: &stream::Config, wanted: &stream::Config) -> Vec<Finding
             },
         );
     }
-    if live.duplicate_window < wanted.duplicate_window {
+    // A window of 0 means no dedupe only on a stream with sources; on any other the server takes
+    // its default.
+    let no_dedupe =
+        wanted.duplicate_window.is_zero() && wanted.sources.as_ref().is_some_and(|s| !s.is_empty());
+    if no_dedupe && !live.duplicate_window.is_zero() {
+        weaker(
+            "duplicate_window",
+            format!("{:?}", live.duplicate_window),
+            "0 (a Nats-Msg-Id any tenant may set must not suppress another tenant's message; \
+             `toolledger init` switches it off)"
+                .to_owned(),
+        );
+    } else if live.duplicate_window < wanted.duplicate_window {
         weaker(
             "duplicate_window",
             format!("{:?}", live.duplicate_window),
@@ -433,11 +471,24 @@ pub fn weaknesses(live: &stream::Config, wanted: &stream::Config) -> Vec<Finding
     for (field, set) in [
         ("subject_transform", live.subject_transform.is_some()),
         ("mirror", live.mirror.is_some()),
-        ("sources", live.sources.as_ref().is_some_and(|s| !s.is_empty())),
     ] {
         if set {
             weaker(field, "set".to_owned(), "none".to_owned());
         }
+    }
+    let source_names = |config: &stream::Config| -> Vec<String> {
+        let mut names: Vec<String> = config.sources.iter().flatten().map(|s| s.name.clone()).collect();
+        names.sort();
+        names
+    };
+    // Only the sources wanted (ATL_INBOUND's empty one): any other would write into the stream.
+    let (live_sources, wanted_sources) = (source_names(live), source_names(wanted));
+    if live_sources != wanted_sources {
+        weaker(
+            "sources",
+            format!("{live_sources:?}"),
+            format!("{wanted_sources:?}"),
+        );
     }
     found
 }
@@ -468,7 +519,7 @@ fn first_weakness(live: &stream::Config, wanted: &stream::Config) -> Result<()> 
 }
 
 /// Checks a live ATL_INBOUND configuration against the wanted one; the first weaker field is the error.
-/// Work-queue retention, discard new, no age limit, the dedupe window.
+/// Work-queue retention, discard new, no age limit, no dedupe (and the source that allows it).
 pub fn check_inbound(live: &stream::Config, wanted: &stream::Config) -> Result<()> {
     first_weakness(live, wanted)
 }
@@ -571,9 +622,58 @@ pub async fn ensure_inbound(js: &jetstream::Context) -> Result<Ensured> {
     ensure_inbound_with(js, &InboundSettings::default()).await
 }
 
-/// Creates ATL_INBOUND with `settings`, or checks that the live one is no weaker.
+/// Creates ATL_INBOUND (and [`INBOUND_SOURCE`] first) with `settings`, or checks that the live
+/// ones are no weaker. A live ATL_INBOUND that still dedupes on `Nats-Msg-Id` — every one created
+/// before the window was 0 — is upgraded: its source added, its window set to 0.
 pub async fn ensure_inbound_with(js: &jetstream::Context, settings: &InboundSettings) -> Result<Ensured> {
-    ensure_stream(js, inbound_config(settings), check_inbound).await
+    ensure_stream(js, inbound_source_config(settings), first_weakness).await?;
+    ensure_inbound_stream(js, settings).await
+}
+
+/// ATL_INBOUND alone, once its source exists.
+async fn ensure_inbound_stream(js: &jetstream::Context, settings: &InboundSettings) -> Result<Ensured> {
+    let wanted = inbound_config(settings);
+    if let Some(live) = live_config(js, INBOUND).await?
+        && (!live.duplicate_window.is_zero() || live.sources.as_ref().is_none_or(Vec::is_empty))
+    {
+        let upgraded = stream::Config {
+            duplicate_window: Duration::ZERO,
+            sources: wanted.sources.clone(),
+            ..live
+        };
+        // Nothing else may be weaker: the upgrade changes only the window and the sources.
+        check_inbound(&upgraded, &wanted)?;
+        let info = stream_request(js, "UPDATE", &upgraded).await?;
+        check_inbound(&info.config, &wanted)?;
+        return Ok(Ensured::Upgraded(
+            "duplicate_window 0 (no Nats-Msg-Id dedupe across tenants), sources".to_owned(),
+        ));
+    }
+    ensure_stream(js, wanted, check_inbound).await
+}
+
+/// Creates or updates a stream with `config` as it is, by the JetStream API request itself: the
+/// client leaves a duplicate window of 0 out of its request, and the server then takes 2 minutes.
+async fn stream_request(
+    js: &jetstream::Context,
+    verb: &str,
+    config: &stream::Config,
+) -> Result<stream::Info> {
+    let name = &config.name;
+    let context = || format!("{} stream {name}", verb.to_lowercase());
+    let mut body = serde_json::to_value(config).map_err(|e| Error::jetstream(context(), e))?;
+    if let Some(body) = body.as_object_mut() {
+        let nanos = u64::try_from(config.duplicate_window.as_nanos()).unwrap_or(u64::MAX);
+        body.insert("duplicate_window".to_owned(), nanos.into());
+    }
+    let response: jetstream::response::Response<stream::Info> = js
+        .request(format!("STREAM.{verb}.{name}"), &body)
+        .await
+        .map_err(|e| Error::jetstream(context(), e))?;
+    match response {
+        jetstream::response::Response::Ok(info) => Ok(info),
+        jetstream::response::Response::Err { error } => Err(Error::jetstream(context(), error)),
+    }
 }
 
 /// Creates every stream and bucket of the contract that is missing and checks every one that exists,
@@ -588,10 +688,12 @@ pub async fn ensure_contract(
         name: name.to_owned(),
         outcome,
     };
-    let mut parts = vec![stream_part(
-        INBOUND,
-        ensure_inbound_with(js, &settings.inbound).await?,
-    )];
+    // The source first: ATL_INBOUND sources it.
+    let source = ensure_stream(js, inbound_source_config(&settings.inbound), first_weakness).await?;
+    let mut parts = vec![
+        stream_part(INBOUND_SOURCE, source),
+        stream_part(INBOUND, ensure_inbound_stream(js, &settings.inbound).await?),
+    ];
     for (wanted, check) in stream_configs(settings) {
         let name = wanted.name.clone();
         parts.push(stream_part(&name, ensure_stream(js, wanted, check).await?));
@@ -651,8 +753,12 @@ pub async fn check_contract(js: &jetstream::Context) -> Vec<Finding> {
 /// A stream that cannot be read is a finding on the field `stream`.
 pub async fn check_contract_with(js: &jetstream::Context, settings: &ContractSettings) -> Vec<Finding> {
     let mut found = Vec::new();
-    let wanted = std::iter::once(inbound_config(&settings.inbound))
-        .chain(stream_configs(settings).into_iter().map(|(config, _)| config));
+    let wanted = [
+        inbound_source_config(&settings.inbound),
+        inbound_config(&settings.inbound),
+    ]
+    .into_iter()
+    .chain(stream_configs(settings).into_iter().map(|(config, _)| config));
     for wanted in wanted {
         match live_config(js, &wanted.name).await {
             Ok(Some(live)) => found.extend(weaknesses(&live, &wanted)),
@@ -739,9 +845,7 @@ async fn ensure_stream(
             })
         }
         None => {
-            js.create_stream(wanted)
-                .await
-                .map_err(|e| Error::jetstream(format!("create stream {name}"), e))?;
+            stream_request(js, "CREATE", &wanted).await?;
             Ok(Ensured::Created)
         }
     }

@@ -62,7 +62,6 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         inbound: InboundSettings {
             max_bytes: args.inbound_max_bytes,
             replicas: args.replicas,
-            ..InboundSettings::default()
         },
         replicas: args.replicas,
         quarantine_max_age: Duration::from_secs(args.quarantine_max_age_days.saturating_mul(86_400)),
@@ -119,13 +118,15 @@ fn describe(name: &str, settings: &ContractSettings) -> String {
         streams::INBOUND => {
             let config = streams::inbound_config(&settings.inbound);
             format!(
-                "subjects {}, file storage, work-queue retention, discard new at {} bytes, duplicate window {}s \
-                 on Nats-Msg-Id, {} replica(s)",
+                "subjects {}, file storage, work-queue retention, discard new at {} bytes, no Nats-Msg-Id \
+                 dedupe (ingest drops repeats by identity), {} replica(s)",
                 streams::INBOUND_SUBJECTS,
                 config.max_bytes,
-                config.duplicate_window.as_secs(),
                 config.num_replicas
             )
+        }
+        streams::INBOUND_SOURCE => {
+            "empty; ATL_INBOUND sources it so that nats-server lets ATL_INBOUND dedupe nothing".to_owned()
         }
         streams::LEDGER | streams::CHECKPOINTS => format!(
             "file storage, no limits, deny delete and purge, duplicate window {}s, {replicas} replica(s)",

@@ -3,7 +3,7 @@
 //! - `codec`: property tests for the binding and canonicalization;
 //! - `decoding`: decode cases and the typed reasons, ledger entry bytes;
 //! - `vectors`: RFC 8785 vectors from `$TOOLLEDGER_VECTORS` and the I-JSON refusals;
-//! - `producers`: independent Python producers against a real nats-server.
+//! - `producers`: independent Python producers against a real nats-server; ATL_INBOUND dedupes nothing.
 
 mod codec;
 mod decoding;

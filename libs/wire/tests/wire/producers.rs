@@ -80,3 +80,46 @@ async fn python_producers_decode_to_the_same_event() {
     let digest = |i: usize| LedgerEntry::new(decoded[i].clone(), at).content_digest().unwrap();
     assert_eq!(digest(0), digest(1));
 }
+
+/// An ATL_INBOUND made before it stopped deduping (a 10-minute `Nats-Msg-Id` window, no source) is
+/// upgraded in place: afterwards one id sent twice, as two tenants could, is stored twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inbound_that_still_dedupes_is_upgraded_to_dedupe_nothing() {
+    let nats = NatsFixture::start();
+    let js = async_nats::jetstream::new(nats.client().await);
+    let old = async_nats::jetstream::stream::Config {
+        duplicate_window: std::time::Duration::from_secs(600),
+        sources: None,
+        ..streams::inbound_config(&streams::InboundSettings::default())
+    };
+    js.create_stream(old).await.unwrap();
+    assert!(matches!(
+        streams::ensure_inbound(&js).await.unwrap(),
+        streams::Ensured::Upgraded(_)
+    ));
+    let mut live = js.get_stream(streams::INBOUND).await.unwrap();
+    let config = live.info().await.unwrap().config.clone();
+    assert!(config.duplicate_window.is_zero(), "{config:?}");
+    assert_eq!(
+        streams::ensure_inbound(&js).await.unwrap(),
+        streams::Ensured::Verified
+    );
+    assert!(
+        streams::check_contract(&js)
+            .await
+            .iter()
+            .all(|f| f.stream != streams::INBOUND)
+    );
+
+    for subject in ["atl.in.acme.tool.declared", "atl.in.globex.tool.declared"] {
+        let headers = super::headers(&[("Nats-Msg-Id", "the-same-id")]);
+        let ack = js
+            .publish_with_headers(subject, headers, "{}".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(!ack.duplicate, "{subject}");
+    }
+    assert_eq!(live.info().await.unwrap().state.messages, 2);
+}
