@@ -169,6 +169,9 @@ fn main() -> ExitCode {
             Command::Stats(args) => cmd::stats::run(config, args).await,
         }
     });
+    // The command has finished; a blocking task it left behind (an analyst's statement past its
+    // interrupt, a stuck read) must not hold the process up: dropping the runtime would wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // Query commands' exit codes: 1 not found, 2 usage, 3 projection unreadable (cmd/show.rs).
