@@ -1,8 +1,10 @@
 //! Rejections: the original to ATL_QUARANTINE, a receipt entry to the ledger.
 //!
-//! A rejected message is republished to `atl.quarantine.<tenant>.<reason>` with its original
-//! payload and headers (JetStream's own `Nats-*` headers renamed `Atl-Orig-Nats-*` so they cannot
-//! steer the quarantine publish) plus the reason, a detail and where it came from. Its receipt, a
+//! A rejected message is republished to `atl.quarantine.<tenant>.<reason>` with its payload and
+//! headers as `pipeline::reject` keeps them (scrubbed; a body that is not I-JSON reduced to
+//! its pattern-scrubbed text, with the original's digest and size in `Atl-Quarantine-Body-Digest` and
+//! `Atl-Quarantine-Body-Size`; JetStream's own `Nats-*` headers renamed `Atl-Orig-Nats-*` so they
+//! cannot steer the quarantine publish) plus the reason, a detail and where it came from. Its receipt, a
 //! `toolledger.quarantine.recorded` entry, makes the rejection tamper-evident. Both are
 //! deterministic functions of the inbound message (the receipt's time is the message's publish
 //! time, the quarantine publish carries `Nats-Msg-Id: quarantine-<inbound seq>`), so a redelivery

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! event JSON ─▶ Scrubber::scrub ─▶ event JSON with {"$scrubbed": "hmac-sha256:<hex>"} markers
+//!                 │                 and [scrubbed:hmac-sha256:<16 hex>] inside strings
 //!                 │  └─▶ sorted JSON Pointers of the replaced values  (ledger.scrubbed_paths)
 //!                 └─ tool.declared ─▶ SensitivityRegistry (tenant, tool_id) → sensitive fields
 //! ```
@@ -12,16 +13,48 @@
 //! can tell that two calls used the same credential without learning it; without the key a marker
 //! reveals nothing (the key is random, 256 bits).
 //!
-//! What is secret, all under the event's `data` unless a configured path says otherwise:
+//! **A secret inside a longer string** (a command line, a URL, a result's text) is replaced in place by
+//! the textual marker `[scrubbed:hmac-sha256:<16 hex>]`: the first 16 hex digits of the HMAC of the
+//! secret as a JSON string, so it is the prefix of the whole-value marker the same secret would get.
+//! The rest of the string stays: `curl -H 'Authorization: Bearer [scrubbed:…]' https://api…` still says
+//! what was called, which is what the ledger is for, where replacing the whole string would erase the
+//! call's meaning along with its credential. The string's pointer is listed like any other. Strings
+//! that must stay strings (extension attributes, `source`) take a textual marker even when the whole
+//! value is the secret. 64 bits of the HMAC tell equal secrets apart as well as 256 in practice, and
+//! keep the text readable.
+//!
+//! What is secret, all under the event's `data` unless said otherwise:
 //! - **OTC context**: in any object that has a `context` object (an Open Tool Calling tool request
 //!   anywhere in `data`, e.g. a `call_input`), the values of `context.authorization` and
 //!   `context.secrets`, each replaced whole.
 //! - **Bearer tokens**: any string that is `Bearer <token>` (case-insensitive, token at least 8
-//!   characters), wherever it sits.
-//! - **Credential headers**: in any headers-like object (the value of a key named `headers` or ending in
-//!   `_headers`/`-headers`, case-insensitive), the values of credential-shaped names
-//!   ([`is_credential_header`]: `authorization`, `proxy-authorization`, `cookie`, `x-api-key`, names with
-//!   `token`, `secret`, `password`, …), also when the headers are a list of `{name, value}` pairs.
+//!   characters), wherever it sits, replaced whole.
+//! - **Credential headers**: in any headers-like object (the value of a key whose name ends in
+//!   `headers`, case-insensitive: `headers`, `request_headers`, `requestHeaders`), the values of
+//!   credential-shaped names ([`is_credential_header`]: `authorization`, `proxy-authorization`, `cookie`,
+//!   `x-api-key`, names with `token`, `secret`, `password`, …), also when the headers are a list of
+//!   `{name, value}` pairs; replaced whole.
+//! - **Credential names**: any property whose name says it holds a credential
+//!   ([`shapes::is_credential_name`]: `password`, `OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`,
+//!   `clientSecret`, `GITHUB_TOKEN`, … — in `env` objects and anywhere else), replaced whole when the
+//!   value is a non-empty string or a number; an object or array under such a name is walked, not
+//!   replaced, because a declaration's input schema names its properties that way too.
+//! - **Shapes inside strings**: every string is searched by the detectors of [`shapes`] (`Bearer`/`Basic`
+//!   credentials, header lines, `NAME=value` assignments and query parameters, quoted `"name": "value"`
+//!   members, URL userinfo, known token prefixes, PEM private keys); only the secret's span is replaced.
+//! - **Attributes**: the event's extension attributes other than the ones the ledger reads
+//!   ([`toolledger_wire::decode::CONTRACT_EXTENSIONS`]: `tenant`, `sessionid`, `invocationid`, `toolid`,
+//!   `traceparent`, `tracestate`) are scrubbed like properties (a credential name → the whole value; a
+//!   string → its shapes), and `source` by the shapes (`https://user:password@host` keeps
+//!   `https://[scrubbed:…]@host`). The other core attributes are left as they are: `id`, `type`,
+//!   `specversion`, `time`, `datacontenttype` are validated shapes, `subject` and `dataschema` name
+//!   things the projections key on. `source` is part of the event's identity: ingest computes the
+//!   identity from the scrubbed `source`, the one the entry holds, so the identity index rebuilt from
+//!   the ledger agrees with the one built while appending.
+//! - **Envelope fields** ([`Scrubber::scrub_envelope_fields`]): an agenttool-event's fields with no
+//!   CloudEvents counterpart, kept in the entry's `ledger.envelope_fields`, are scrubbed by the rules
+//!   above (they are that origin's extension attributes); their pointers are listed as
+//!   `/ledger/envelope_fields/…`, which no event pointer can be (extension values are scalars).
 //! - **Configured paths**: JSON Pointers into the whole event from the deployment config
 //!   ([`ScrubConfig::paths`]); a `*` segment matches any key or index.
 //! - **Declared sensitive fields**: the `input_contract.sensitive_fields` of the tool's latest
@@ -38,12 +71,15 @@
 //! other rules do not depend on order. Deployments that cannot guarantee declarations first should list
 //! such fields as configured paths too.
 //!
-//! Marker objects are opaque: a value that already is a marker is left as it is and listed, wherever it
-//! is, so scrubbing is idempotent (same event, same paths).
+//! Markers are opaque: a value that already is a marker, or a string that already holds a textual
+//! marker, is left as it is and listed, wherever it is, so scrubbing is idempotent (same event, same
+//! paths). (A producer's own text that looks like a textual marker is listed too: it is text, and
+//! refusing it would refuse a tool result that quotes the ledger.)
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::io::Write;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -53,11 +89,20 @@ use sha2::{Digest, Sha256};
 
 use crate::{Error, Result};
 
+pub mod shapes;
+
 /// The key of a scrubbed marker object.
 pub const SCRUBBED_KEY: &str = "$scrubbed";
 
 /// The prefix of a marker's value.
 pub const MARKER_PREFIX: &str = "hmac-sha256:";
+
+/// The start of a textual marker, `[scrubbed:hmac-sha256:<16 hex>]`, which replaces a secret inside a
+/// string.
+pub const TEXT_MARKER_PREFIX: &str = "[scrubbed:hmac-sha256:";
+
+/// How many hex digits of the HMAC a textual marker keeps.
+const TEXT_MARKER_HEX: usize = 16;
 
 /// The key file's name under the data directory.
 pub const KEY_FILE_NAME: &str = "scrub-hmac.key";
@@ -324,18 +369,33 @@ impl SensitivityRegistry {
 /// Replaces secrets in events by HMAC markers.
 #[derive(Debug)]
 pub struct Scrubber {
-    key: ScrubKey,
+    /// The HMAC keyed once: each marker starts from a copy instead of hashing the key again.
+    mac: Hmac<Sha256>,
     paths: Vec<Vec<String>>,
     registry: SensitivityRegistry,
+    /// Whether credential names, shapes inside strings, attributes and envelope fields are scrubbed
+    /// (always, but for the benchmark that prices them).
+    shapes: bool,
+}
+
+/// What a walk found: values to replace whole, strings with secrets inside, strings already holding
+/// textual markers.
+#[derive(Default)]
+struct Targets {
+    whole: BTreeSet<Vec<String>>,
+    spans: Vec<(Vec<String>, Vec<Range<usize>>)>,
+    marked: Vec<Vec<String>>,
 }
 
 impl Scrubber {
     /// A scrubber with `key` and the deployment's configured paths.
     pub fn new(key: ScrubKey, config: &ScrubConfig) -> Self {
         Self {
-            key,
+            mac: <Hmac<Sha256> as Mac>::new_from_slice(&key.0)
+                .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length")),
             paths: config.paths.iter().map(|p| pointer_tokens(p)).collect(),
             registry: SensitivityRegistry::default(),
+            shapes: true,
         }
     }
 
@@ -345,6 +405,14 @@ impl Scrubber {
             ScrubKey::load_or_create(&data_dir.join(KEY_FILE_NAME))?,
             config,
         ))
+    }
+
+    /// This scrubber without credential names, shapes inside strings, attributes and envelope fields:
+    /// the rules as they were before issue 28. Only for `examples/scrub_cost.rs`, which prices them.
+    #[doc(hidden)]
+    pub fn without_shapes(mut self) -> Self {
+        self.shapes = false;
+        self
     }
 
     /// The registry of declared sensitive fields.
@@ -368,53 +436,208 @@ impl Scrubber {
 
     /// Scrubs without learning: for quarantined originals, which must not change the registry.
     pub fn scrub_only(&self, event: &mut Value) -> Vec<String> {
-        let mut targets: BTreeSet<Vec<String>> = BTreeSet::new();
+        // Attributes first: one replaced whole takes whatever was under it along.
+        let mut scrubbed = BTreeSet::new();
+        if self.shapes {
+            self.scrub_attributes(event, &mut scrubbed);
+        }
+        let mut targets = Targets::default();
         if let Value::Object(_) = event {
             // Values scrubbed before (a re-scrub, or a stored entry) stay listed: scrubbing is idempotent.
-            find_markers(event, &mut Vec::new(), &mut targets);
+            find_markers(event, &mut Vec::new(), &mut targets.whole);
             // Configured paths address the whole event.
             for pattern in &self.paths {
-                expand_pattern(event, pattern, &mut Vec::new(), &mut targets);
+                expand_pattern(event, pattern, &mut Vec::new(), &mut targets.whole);
             }
             if let Some(data) = event.get("data") {
                 let mut at = vec![Cow::Borrowed("data")];
-                find_generic(data, &mut at, &mut targets);
+                find_generic(data, self.shapes, &mut at, &mut targets);
                 if let Some(fields) = self.registry.for_event(event) {
-                    find_declared(data, fields, &mut at, &mut targets);
+                    find_declared(data, fields, &mut at, &mut targets.whole);
                 }
             }
         }
+        scrubbed.extend(self.apply(event, targets));
+        scrubbed.iter().map(|t| to_pointer(t)).collect()
+    }
+
+    /// Scrubs an agenttool-event's envelope fields (the entry's `ledger.envelope_fields`) by the
+    /// rules that apply under `data`; returns the pointers, `/ledger/envelope_fields/…`, sorted.
+    pub fn scrub_envelope_fields(&self, fields: &mut Map<String, Value>) -> Vec<String> {
+        if !self.shapes {
+            return Vec::new();
+        }
+        let mut value = Value::Object(std::mem::take(fields));
+        let mut targets = Targets::default();
+        find_markers(&value, &mut Vec::new(), &mut targets.whole);
+        find_generic(&value, true, &mut Vec::new(), &mut targets);
+        let scrubbed = self.apply(&mut value, targets);
+        if let Value::Object(map) = value {
+            *fields = map;
+        }
+        scrubbed
+            .iter()
+            .map(|t| format!("/ledger/envelope_fields{}", to_pointer(t)))
+            .collect()
+    }
+
+    /// Replaces what a walk found; returns the paths of everything scrubbed (found before or now).
+    fn apply(&self, root: &mut Value, targets: Targets) -> BTreeSet<Vec<String>> {
         // Replace outermost first; a target under an already replaced one is covered by it.
         let mut done: Vec<Vec<String>> = Vec::new();
-        for target in targets {
+        for target in targets.whole {
             if done.iter().any(|d| target.starts_with(d)) {
                 continue;
             }
-            if let Some(slot) = pointer_mut(event, &target) {
+            if let Some(slot) = pointer_mut(root, &target) {
                 if !is_marker(slot) {
                     *slot = self.marker(slot);
                 }
                 done.push(target);
             }
         }
-        done.iter().map(|t| to_pointer(t)).collect()
+        let covered = |path: &[String], done: &[Vec<String>]| done.iter().any(|d| path.starts_with(d));
+        let mut scrubbed: BTreeSet<Vec<String>> = BTreeSet::new();
+        for path in targets.marked {
+            if !covered(&path, &done) {
+                scrubbed.insert(path);
+            }
+        }
+        for (path, ranges) in targets.spans {
+            if covered(&path, &done) {
+                continue;
+            }
+            if let Some(Value::String(text)) = pointer_mut(root, &path) {
+                *text = self.replace_spans(text, &ranges);
+                scrubbed.insert(path);
+            }
+        }
+        scrubbed.extend(done);
+        scrubbed
+    }
+
+    /// Extension attributes and `source` (module doc): top-level members that must stay strings.
+    fn scrub_attributes(&self, event: &mut Value, scrubbed: &mut BTreeSet<Vec<String>>) {
+        let Value::Object(map) = event else {
+            return;
+        };
+        for (name, value) in map.iter_mut() {
+            let extension = !toolledger_wire::event::ATTRIBUTES.contains(&name.as_str())
+                && !toolledger_wire::decode::CONTRACT_EXTENSIONS.contains(&name.as_str())
+                && name != "data";
+            if !(extension || name == "source") {
+                continue;
+            }
+            let whole = extension && shapes::is_credential_name(name);
+            let replaced = match value {
+                Value::String(text) if whole && !text.is_empty() => {
+                    if !is_text_marker(text) {
+                        *text = self.text_marker(text);
+                    }
+                    true
+                }
+                Value::String(text) => match self.scrub_text(text) {
+                    Cow::Owned(clean) => {
+                        *text = clean;
+                        true
+                    }
+                    Cow::Borrowed(_) => text.contains(TEXT_MARKER_PREFIX),
+                },
+                Value::Number(number) if whole => {
+                    *value = Value::String(self.text_marker(&number.to_string()));
+                    true
+                }
+                // Only in a quarantined body: no CloudEvent holds an object attribute.
+                Value::Object(_) | Value::Array(_) if whole => {
+                    if !is_marker(value) {
+                        *value = self.marker(value);
+                    }
+                    true
+                }
+                _ => false,
+            };
+            if replaced {
+                scrubbed.insert(vec![name.clone()]);
+            }
+        }
+    }
+
+    /// `text` with every secret the [`shapes`] detectors find replaced by its textual marker;
+    /// borrowed when there was none. What a quarantined body that does not parse keeps, and what
+    /// header values of quarantined originals keep.
+    pub fn scrub_text<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let found = shapes::find(text);
+        if found.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let ranges: Vec<Range<usize>> = found.into_iter().map(|f| f.range).collect();
+        Cow::Owned(self.replace_spans(text, &ranges))
+    }
+
+    /// `text` with `ranges` replaced by their markers, then with whatever the detectors find in the
+    /// result, until they find nothing: a marker can end a run a detector stopped short of before
+    /// (`Basic <base64>-----BEGIN PRIVATE KEY…` is a `Basic` credential once the key is a marker), and
+    /// a second scrub must change nothing. Each round replaces text outside markers, so it ends.
+    fn replace_spans(&self, text: &str, ranges: &[Range<usize>]) -> String {
+        let mut out = self.replace_once(text, ranges);
+        for _ in 0..64 {
+            let more: Vec<Range<usize>> = shapes::find(&out).into_iter().map(|f| f.range).collect();
+            if more.is_empty() {
+                break;
+            }
+            out = self.replace_once(&out, &more);
+        }
+        out
+    }
+
+    fn replace_once(&self, text: &str, ranges: &[Range<usize>]) -> String {
+        let mut out = String::with_capacity(text.len() + ranges.len() * 40);
+        let mut at = 0;
+        for range in ranges {
+            out.push_str(&text[at..range.start]);
+            out.push_str(&self.text_marker(&text[range.clone()]));
+            at = range.end;
+        }
+        out.push_str(&text[at..]);
+        out
+    }
+
+    /// The textual marker of `secret`: `[scrubbed:hmac-sha256:<16 hex>]`, the first hex digits of the
+    /// marker the string `secret` would get whole.
+    pub fn text_marker(&self, secret: &str) -> String {
+        let mut bytes = Vec::with_capacity(secret.len() + 2);
+        toolledger_wire::jcs::write_string(&mut bytes, secret);
+        let hex = toolledger_wire::entry::hex(&self.hmac(&bytes)[..TEXT_MARKER_HEX / 2]);
+        format!("{TEXT_MARKER_PREFIX}{hex}]")
     }
 
     /// The marker that replaces `value`: `{"$scrubbed": "hmac-sha256:<hex>"}`.
     pub fn marker(&self, value: &Value) -> Value {
         let bytes = toolledger_wire::jcs::to_vec(value)
             .unwrap_or_else(|_| serde_json::to_vec(value).unwrap_or_default());
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key.0)
-            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-        mac.update(&bytes);
-        let digest = mac.finalize().into_bytes();
         let mut marker = Map::new();
         marker.insert(
             SCRUBBED_KEY.to_owned(),
-            Value::String(format!("{MARKER_PREFIX}{}", toolledger_wire::entry::hex(&digest))),
+            Value::String(format!(
+                "{MARKER_PREFIX}{}",
+                toolledger_wire::entry::hex(&self.hmac(&bytes))
+            )),
         );
         Value::Object(marker)
     }
+
+    fn hmac(&self, bytes: &[u8]) -> [u8; 32] {
+        let mut mac = self.mac.clone();
+        mac.update(bytes);
+        mac.finalize().into_bytes().into()
+    }
+}
+
+/// True for a string that is exactly one textual marker.
+fn is_text_marker(text: &str) -> bool {
+    text.strip_prefix(TEXT_MARKER_PREFIX)
+        .and_then(|rest| rest.strip_suffix(']'))
+        .is_some_and(|hex| hex.len() == TEXT_MARKER_HEX && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// True for `{"$scrubbed": "hmac-sha256:…"}`.
@@ -473,9 +696,9 @@ fn is_bearer(text: &str) -> bool {
     token.len() >= 8 && !token.contains(char::is_whitespace)
 }
 
+/// `headers`, `request_headers`, `response-headers`, `requestHeaders`: any name ending in `headers`.
 fn is_headers_key(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    key == "headers" || key.ends_with("_headers") || key.ends_with("-headers")
+    key.len() >= 7 && key.as_bytes()[key.len() - 7..].eq_ignore_ascii_case(b"headers")
 }
 
 /// A location being walked: keys borrowed from the value (or the pattern), array indices written
@@ -486,19 +709,29 @@ fn owned(at: &[Cow<'_, str>]) -> Vec<String> {
     at.iter().map(|token| token.to_string()).collect()
 }
 
-/// OTC context, bearer tokens and credential headers, anywhere under `value`.
-fn find_generic<'a>(value: &'a Value, at: &mut Walk<'a>, out: &mut BTreeSet<Vec<String>>) {
+/// OTC context, bearer tokens and credential headers, anywhere under `value`; with `shapes`, also
+/// credential names and secrets inside strings.
+fn find_generic<'a>(value: &'a Value, shapes: bool, at: &mut Walk<'a>, out: &mut Targets) {
     if is_marker(value) {
         return;
     }
     match value {
         Value::String(s) if is_bearer(s) => {
-            out.insert(owned(at));
+            out.whole.insert(owned(at));
+        }
+        Value::String(s) if shapes => {
+            let scan = shapes::scan(s);
+            if !scan.found.is_empty() {
+                out.spans
+                    .push((owned(at), scan.found.into_iter().map(|f| f.range).collect()));
+            } else if scan.marked {
+                out.marked.push(owned(at));
+            }
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
                 at.push(Cow::Owned(i.to_string()));
-                find_generic(item, at, out);
+                find_generic(item, shapes, at, out);
                 at.pop();
             }
         }
@@ -509,20 +742,38 @@ fn find_generic<'a>(value: &'a Value, at: &mut Walk<'a>, out: &mut BTreeSet<Vec<
                         let mut path = owned(at);
                         path.push("context".to_owned());
                         path.push(key.to_owned());
-                        out.insert(path);
+                        out.whole.insert(path);
                     }
                 }
             }
             for (key, child) in map {
                 at.push(Cow::Borrowed(key));
-                if is_headers_key(key) {
-                    find_credential_headers(child, at, out);
+                if shapes && shapes::is_credential_name(key) && holds_a_secret(child) {
+                    // Replaced whole: nothing under it needs a look.
+                    out.whole.insert(owned(at));
+                    at.pop();
+                    continue;
                 }
-                find_generic(child, at, out);
+                if is_headers_key(key) {
+                    find_credential_headers(child, at, &mut out.whole);
+                }
+                find_generic(child, shapes, at, out);
                 at.pop();
             }
         }
         _ => {}
+    }
+}
+
+/// Whether a credential-named value is replaced whole: a non-empty string or a number. An object or
+/// an array is walked instead, its members judged by their own names and shapes: a declaration's
+/// input schema names its properties `api_key` and `password` too (`{"api_key": {"type": "string"}}`).
+/// Null, booleans (`has_password`) and empty strings hide nothing.
+fn holds_a_secret(value: &Value) -> bool {
+    match value {
+        Value::String(s) => !s.is_empty(),
+        Value::Number(_) => true,
+        _ => false,
     }
 }
 

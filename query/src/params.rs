@@ -10,8 +10,9 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::listing::GroupBy;
 
-/// The longest id accepted (invocation, session, tool, native ids).
-pub const MAX_ID_LEN: usize = 256;
+/// The longest id accepted (invocation, session, tool, native ids): the ledger's own limit, so
+/// every id ingest took can be asked for.
+pub const MAX_ID_LEN: usize = toolledger_wire::id::MAX_ID_BYTES;
 /// The page size when none is given.
 pub const DEFAULT_LIMIT: u32 = 100;
 /// The largest page a caller may ask for.
@@ -19,26 +20,14 @@ pub const MAX_LIMIT: u32 = 1000;
 /// The widest time range a query may cover (a bit over a year).
 pub const MAX_RANGE_DAYS: i64 = 400;
 
-/// Checks an id: 1..=256 characters of `A-Z a-z 0-9 . _ : @ / + = # ~ -`.
+/// Checks an id against the grammar ingest enforces ([`toolledger_wire::id`]): not empty, at most
+/// 1 KiB, no control character. Anything else (spaces, quotes, `<`, `/`, `%`, any Unicode) is an id
+/// the ledger may hold, taken percent-encoded and bound as an SQL parameter, never spliced.
 pub fn id<'a>(field: &str, value: &'a str) -> Result<&'a str> {
     if value.is_empty() {
         return Err(Error::invalid(field, "must not be empty"));
     }
-    if value.len() > MAX_ID_LEN {
-        return Err(Error::invalid(
-            field,
-            format!("longer than {MAX_ID_LEN} characters"),
-        ));
-    }
-    if let Some(bad) = value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || "._:@/+=#~-".contains(*c)))
-    {
-        return Err(Error::invalid(
-            field,
-            format!("character {bad:?} is not allowed (letters, digits and . _ : @ / + = # ~ -)"),
-        ));
-    }
+    toolledger_wire::id::check(value).map_err(|problem| Error::invalid(field, problem.to_string()))?;
     Ok(value)
 }
 
@@ -187,10 +176,20 @@ mod tests {
     }
 
     #[test]
-    fn ids_refuse_injection_and_ranges_refuse_absurd_spans() {
-        assert!(id("invocation_id", "inv_00001").is_ok());
-        assert!(id("invocation_id", "x' OR '1'='1").is_err());
-        assert!(id("invocation_id", &"a".repeat(300)).is_err());
+    fn ids_take_what_the_ledger_takes_and_ranges_refuse_absurd_spans() {
+        for ledger_id in [
+            "inv_00001",
+            "x' OR '1'='1",
+            "a b</c>%2F",
+            "会話 🦀",
+            &"a".repeat(MAX_ID_LEN),
+        ] {
+            assert_eq!(id("invocation_id", ledger_id).unwrap(), ledger_id);
+        }
+        assert!(id("invocation_id", "").is_err());
+        assert!(id("invocation_id", "a\0b").is_err());
+        assert!(id("invocation_id", "line\nbreak").is_err());
+        assert!(id("invocation_id", &"a".repeat(MAX_ID_LEN + 1)).is_err());
         assert!(time_range(Some("2026-01-02T00:00:00Z"), Some("2026-01-01T00:00:00Z")).is_err());
         assert!(time_range(Some("0001-01-01T00:00:00Z"), None).is_err());
         assert!(time_range(Some("2000-01-01T00:00:00Z"), Some("2026-01-01T00:00:00Z")).is_err());

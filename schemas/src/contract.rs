@@ -379,6 +379,18 @@ impl Data {
         }
     }
 
+    /// The fields the ledger's own schema expects of this object that the data lacks, as JSON Pointers
+    /// under `data`. The ledger's schemas require only what the official ones do, so a producer is
+    /// never refused for leaving one of these out: its absence is a `missing_field` anomaly instead.
+    /// Only the permission request has such fields; the spec's objects are held to their official
+    /// schemas, and the ledger's own records are written by the ledger alone.
+    pub fn missing_fields(&self) -> Vec<String> {
+        match self {
+            Data::PermissionRequest(d) => d.missing_fields(),
+            _ => Vec::new(),
+        }
+    }
+
     /// `data.session_id`, when the producer gives one (no official schema declares it; DESIGN.md §3
     /// takes the session from it).
     pub fn session_id(&self) -> Option<&str> {
@@ -394,7 +406,7 @@ impl Data {
             Data::DeferredTool(d) => Some(&d.tool_id),
             Data::Invocation(d) => Some(&d.invocation_id),
             Data::Hook(d) => d.invocation_id.as_deref(),
-            Data::PermissionRequest(d) => Some(&d.invocation_id),
+            Data::PermissionRequest(d) => d.invocation_id.as_deref(),
             Data::PermissionDecision(d) => Some(&d.invocation_id),
             Data::Progress(d) => Some(&d.invocation_id),
             Data::Result(d) => Some(&d.invocation_id),

@@ -45,6 +45,8 @@
 //! - `out_of_order`: an event whose `time` is earlier than the latest seen by more than the skew.
 //! - `unknown_value`: every open-vocabulary value outside its list, as the caller found them in the data.
 //! - `duplicate_result`: a second `tool.result.created` with a different `result_id` than the first.
+//! - `missing_field`: a field the ledger's own schema expects (not the official ones) is absent — a
+//!   permission request without `permission_input`, say. The event still moves the invocation.
 
 use crate::class::EventClass;
 use crate::contract::{Data, DataObject, Effect, contract};
@@ -357,6 +359,9 @@ pub struct EventFacts {
     /// The open-vocabulary values outside their lists found in the data
     /// ([`UnknownValues::unknown_values`]).
     pub unknown_values: Vec<UnknownValue>,
+    /// The fields the ledger's own schema expects that the data lacks, as JSON Pointers under `data`
+    /// ([`Data::missing_fields`]).
+    pub missing_fields: Vec<String>,
 }
 
 impl EventFacts {
@@ -373,6 +378,7 @@ impl EventFacts {
             result_status: None,
             result_id: None,
             unknown_values: Vec::new(),
+            missing_fields: Vec::new(),
         }
     }
 
@@ -382,6 +388,7 @@ impl EventFacts {
         let mut facts = EventFacts::new(class, seq);
         facts.time = time;
         facts.unknown_values = data.unknown_values();
+        facts.missing_fields = data.missing_fields();
         match data {
             Data::Invocation(invocation) => facts.invocation_status = Some(invocation.status.clone()),
             Data::Progress(progress) => facts.progress_status = Some(progress.status.clone()),
@@ -455,6 +462,8 @@ pub enum AnomalyKind {
     UnknownValue,
     /// A second result with a different result_id.
     DuplicateResult,
+    /// A field the ledger's own schemas add (not the official ones) is absent.
+    MissingField,
 }
 
 impl AnomalyKind {
@@ -467,6 +476,7 @@ impl AnomalyKind {
         Self::OutOfOrder,
         Self::UnknownValue,
         Self::DuplicateResult,
+        Self::MissingField,
     ];
 
     /// The wire name, e.g. `status_mismatch`.
@@ -479,6 +489,7 @@ impl AnomalyKind {
             Self::OutOfOrder => "out_of_order",
             Self::UnknownValue => "unknown_value",
             Self::DuplicateResult => "duplicate_result",
+            Self::MissingField => "missing_field",
         }
     }
 }
@@ -530,6 +541,11 @@ pub enum Anomaly {
         /// This result's id.
         result_id: String,
     },
+    /// A field the ledger's own schema expects is absent; the event was kept and applied.
+    MissingField {
+        /// Its JSON Pointer under `data` (`/permission_input`).
+        path: String,
+    },
 }
 
 impl Anomaly {
@@ -543,6 +559,7 @@ impl Anomaly {
             Anomaly::OutOfOrder { .. } => AnomalyKind::OutOfOrder,
             Anomaly::UnknownValue(_) => AnomalyKind::UnknownValue,
             Anomaly::DuplicateResult { .. } => AnomalyKind::DuplicateResult,
+            Anomaly::MissingField { .. } => AnomalyKind::MissingField,
         }
     }
 }
@@ -561,8 +578,8 @@ pub struct Transition {
 pub struct Step {
     /// The track after the event.
     pub track: InvocationTrack,
-    /// What was odd about the event, in a fixed order (unknown values, time, result, status, then
-    /// lifecycle).
+    /// What was odd about the event, in a fixed order (unknown values, missing fields, time, result,
+    /// status, then lifecycle).
     pub anomalies: Vec<Anomaly>,
     /// The state change, when there was one.
     pub transition: Option<Transition>,
@@ -615,6 +632,12 @@ pub fn step(track: &InvocationTrack, event: &EventFacts, config: &Config) -> Ste
         .iter()
         .cloned()
         .map(Anomaly::UnknownValue)
+        .chain(
+            event
+                .missing_fields
+                .iter()
+                .map(|path| Anomaly::MissingField { path: path.clone() }),
+        )
         .collect();
     if !row.is_invocation_event() {
         return Step {

@@ -333,3 +333,203 @@ fn erased_content_is_nowhere_yet_the_ledger_verifies_and_retention_follows_the_c
     let stopped = ingest.terminate(Duration::from_secs(30)).expect("ingest stops");
     assert!(stopped.success(), "{}", ingest.stderr());
 }
+
+const FORGED_AWAY: &str = "forged-away-4b2e91";
+
+/// A `toolledger.erasure.completed` (or, for `access`, a `toolledger.access.read`) of `tenant`
+/// claiming acme's `blobs` are erased: what a forger writes.
+fn forged_record(id: &str, tenant: &str, blobs: &[String], access: bool) -> Value {
+    let (class, data) = if access {
+        (
+            "toolledger.access.read",
+            json!({"access_id": id, "principal": "mallory", "endpoint": "GET /v1/invocations/{invocation_id}",
+                "tenant": "acme", "invocation_ids": ["inv-forged"], "read_at": "2026-05-08T09:00:02Z"}),
+        )
+    } else {
+        (
+            "toolledger.erasure.completed",
+            json!({"erasure_id": id, "tenant": "acme", "blob_ids": blobs, "invocation_ids": ["inv-forged"],
+                "reason": "data-subject request 99", "authority": "DPO ticket 99", "requested_by": "dpo",
+                "completed_at": "2026-05-08T09:00:02Z"}),
+        )
+    };
+    json!({"specversion": "1.0", "id": id, "source": "toolledger/erase", "type": class, "tenant": tenant,
+        "subject": id, "time": "2026-05-08T09:00:02Z", "datacontenttype": "application/json", "data": data})
+}
+
+/// The rows of a one-column query over the current projection.
+fn projected(data: &Path, sql: &str) -> Vec<String> {
+    let generation = toolledger_projector::Generations::new(data)
+        .current()
+        .unwrap()
+        .unwrap();
+    let store = toolledger_projector::Store::open_readonly(&generation.database()).unwrap();
+    let mut statement = store.connection().prepare(sql).unwrap();
+    statement
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn a_forged_erasure_record_cannot_stop_a_real_erasure_nor_enter_the_projection() {
+    let nats = NatsFixture::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let (ok, out) = tool(&config, &["init", "--nats-url", &url, "--tenant", "acme"]);
+    assert!(ok, "{out}");
+    let env = [("TOOLLEDGER_CONFIG", config.to_str().unwrap())];
+    let mut ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", url.as_str()], &env);
+    let mut project = ChildProcess::spawn(toolledger(), ["project", "--nats-url", url.as_str()], &env);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let js = runtime.block_on(async { jetstream::new(nats.client().await) });
+    let wait_ledger = |ingest: &ChildProcess, count: u64| {
+        runtime.block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while stream_messages(&js, "ATL_LEDGER").await < count {
+                assert!(Instant::now() < deadline, "{}", ingest.stderr());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    };
+    runtime.block_on(async {
+        let events = invocation("inv-forged", FORGED_AWAY);
+        let outgoing = toolledger_wire::produce::prepare_all(&events, toolledger_wire::Mode::Binary).unwrap();
+        let report = toolledger_wire::produce::publish_all(&js, outgoing).await;
+        assert!(report.failed.is_empty(), "{:?}", report.failed);
+    });
+    wait_ledger(&ingest, 2);
+    let blobs: Vec<String> = runtime.block_on(async {
+        let tail = toolledger_ledger::last_sequence(&js, "ATL_LEDGER").await.unwrap();
+        toolledger_ledger::read_range(&js, "ATL_LEDGER", 1, tail)
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|(_, bytes)| {
+                toolledger_wire::LedgerEntry::parse(&bytes)
+                    .unwrap()
+                    .ledger
+                    .payload_refs
+            })
+            .map(|payload| payload.blob_id)
+            .collect()
+    });
+    assert_eq!(blobs.len(), 3, "inputs and content offloaded");
+
+    // A `_system` record published straight to ingest, as anyone can where NATS has no accounts
+    // (`toolledger up`): ingest takes it, it is the ledger's own tenant.
+    runtime.block_on(async {
+        let record = forged_record("erasure-forged-system", "_system", &blobs, false);
+        js.publish(
+            "atl.in._system.toolledger.erasure.completed",
+            serde_json::to_vec(&record).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    });
+    wait_ledger(&ingest, 3);
+    // An old ledger: records of the ledger's classes under the producer tenant, from before ingest
+    // refused them, appended while ingest is stopped (it is the single writer).
+    let stopped = ingest.terminate(Duration::from_secs(30)).expect("ingest stops");
+    assert!(stopped.success(), "{}", ingest.stderr());
+    runtime.block_on(async {
+        for record in [
+            forged_record("erasure-forged-acme", "acme", &blobs, false),
+            forged_record("access-forged-acme", "acme", &blobs, true),
+        ] {
+            js.publish(
+                toolledger_testkit::ledger_subject(&record),
+                toolledger_testkit::entry_bytes(&record).into(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        }
+    });
+    let mut ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", url.as_str()], &env);
+    assert_eq!(
+        files_with(&data.join("blobs"), FORGED_AWAY).len(),
+        3,
+        "the records lie: every blob is still there"
+    );
+
+    let (ok, out) = tool(
+        &config,
+        &[
+            "erase",
+            "--nats-url",
+            &url,
+            "--tenant",
+            "acme",
+            "--invocation",
+            "inv-forged",
+            "--reason",
+            "data-subject request 13",
+            "--force",
+        ],
+    );
+    assert!(
+        ok && out.contains("3 blobs an earlier erasure record names are still in the blob store")
+            && out.contains("erased 3 blobs")
+            && out.contains("recorded at ledger seq"),
+        "{out}\n{}",
+        ingest.stderr()
+    );
+    assert_eq!(
+        files_with(&data.join("blobs"), FORGED_AWAY),
+        Vec::<std::path::PathBuf>::new()
+    );
+    let (ok, out) = tool(
+        &config,
+        &[
+            "erase",
+            "--nats-url",
+            &url,
+            "--tenant",
+            "acme",
+            "--invocation",
+            "inv-forged",
+            "--reason",
+            "data-subject request 13",
+            "--force",
+        ],
+    );
+    assert!(
+        ok && out.contains("nothing left to erase"),
+        "now it is true: {out}"
+    );
+
+    // The projection applies the ledger's own records only from the ledger: the `_system` forgery
+    // and the real record, not the producer tenant's.
+    wait_projected_erasures(&data, 2);
+    let mut erasures = projected(&data, "SELECT erasure_id FROM erasures ORDER BY seq");
+    assert_eq!(erasures.remove(0), "erasure-forged-system");
+    assert!(erasures[0].starts_with("erasure-"), "{erasures:?}");
+    assert!(projected(&data, "SELECT access_id FROM access_reads").is_empty());
+    let problems = projected(
+        &data,
+        "SELECT event_id || ': ' || problem FROM events
+         WHERE class LIKE 'toolledger.%' AND problem IS NOT NULL ORDER BY seq",
+    );
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0]
+            .starts_with("erasure-forged-acme: `toolledger.erasure.completed` is the ledger's own class"),
+        "{problems:?}"
+    );
+    assert!(problems[1].starts_with("access-forged-acme: "), "{problems:?}");
+
+    for child in [&mut ingest, &mut project] {
+        let stopped = child.terminate(Duration::from_secs(30)).expect("it stops");
+        assert!(stopped.success(), "{}", child.stderr());
+    }
+}

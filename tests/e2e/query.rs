@@ -149,7 +149,7 @@ impl Contract {
     }
 }
 
-fn config_file(dir: &Path) -> std::path::PathBuf {
+pub(crate) fn config_file(dir: &Path) -> std::path::PathBuf {
     let digest = |t: &str| toolledger_query::token_digest(t);
     let text = format!(
         r#"data_dir = "{data}"
@@ -182,7 +182,7 @@ tenants = ["acme"]
 }
 
 /// The text after `marker` on the first line holding it, up to `end`.
-fn after<'a>(stdout: &'a str, marker: &str, end: &str) -> &'a str {
+pub(crate) fn after<'a>(stdout: &'a str, marker: &str, end: &str) -> &'a str {
     let line = stdout.lines().find(|l| l.contains(marker)).unwrap();
     let rest = &line[line.find(marker).unwrap() + marker.len()..];
     rest.split(end).next().unwrap()
@@ -896,14 +896,32 @@ fn api_and_cli_match_the_generator_truth_and_refuse_bad_input() {
             .all(|i| i["tenant"] == "acme")
     );
 
-    // Malformed ids, absurd ranges, huge pages, injection attempts, tampered cursors: 400 naming the field.
-    for (path, field) in [
-        (
+    // Injection attempts are ids like any other (the ledger takes them): bound as parameters, they
+    // match nothing.
+    contract.error(
+        &request(
+            api,
+            "GET",
             "/v1/invocations/inv%27%20OR%20%271%27%3D%271?tenant=acme",
-            "invocation_id",
+            Some(ADMIN_TOKEN),
         ),
+        404,
+        "not_found",
+    );
+    for path in [
+        "/v1/invocations?tenant=acme&status=x%27%20OR%20%271%27%3D%271",
+        "/v1/invocations?tenant=acme&tool_id=fs.read_file%3B%20DROP%20TABLE%20invocations",
+    ] {
+        let reply = request(api, "GET", path, Some(ADMIN_TOKEN));
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        assert_eq!(reply.json()["items"], serde_json::json!([]), "{path}");
+    }
+
+    // Ids outside the ledger's grammar, absurd ranges, huge pages, tampered cursors: 400 naming the field.
+    for (path, field) in [
+        ("/v1/invocations/inv%01?tenant=acme", "invocation_id"),
         (
-            &*format!("/v1/invocations/{}?tenant=acme", "x".repeat(300)),
+            &*format!("/v1/invocations/{}?tenant=acme", "x".repeat(1025)),
             "invocation_id",
         ),
         ("/v1/invocations/%FF%FE?tenant=acme", "invocation_id"),
@@ -924,14 +942,8 @@ fn api_and_cli_match_the_generator_truth_and_refuse_bad_input() {
             "/v1/invocations?tenant=acme&from=2000-01-01T00%3A00%3A00Z&to=2026-01-01T00%3A00%3A00Z",
             "to",
         ),
-        (
-            "/v1/invocations?tenant=acme&status=x%27%20OR%20%271%27%3D%271",
-            "status",
-        ),
-        (
-            "/v1/invocations?tenant=acme&tool_id=fs.read_file%3B%20DROP%20TABLE%20invocations",
-            "tool_id",
-        ),
+        ("/v1/invocations?tenant=acme&status=failed%7F", "status"),
+        ("/v1/invocations?tenant=acme&tool_id=fs.read_file%0A", "tool_id"),
         ("/v1/invocations?tenant=acme%27--", "tenant"),
         ("/v1/invocations?tenant=acme&cursor=bm90LWEtY3Vyc29y", "cursor"),
         ("/v1/invocations?tenant=acme&cursor=%25%25", "cursor"),
@@ -1026,7 +1038,9 @@ fn api_and_cli_match_the_generator_truth_and_refuse_bad_input() {
         "{stdout}"
     );
     assert_eq!(cli(&["show", "inv_does_not_exist"]).0, Some(1));
-    assert_eq!(cli(&["show", "bad id!"]).0, Some(2));
+    // A space is an id like any other (not found); a control character is a usage error.
+    assert_eq!(cli(&["show", "no such id!"]).0, Some(1));
+    assert_eq!(cli(&["show", "bad\tid"]).0, Some(2));
     let (code, stdout, _) = cli(&["search", "--tenant", "acme", "--behavior", "deny", "--json"]);
     assert_eq!(code, Some(0));
     let page: Value = serde_json::from_str(&stdout).unwrap();

@@ -1046,8 +1046,10 @@ impl EntryPayloads {
         let event = &entry.event;
         let tenant = event.extension_str("tenant").unwrap_or_default().to_owned();
         let mut erased = Vec::new();
-        if event.ty() == ERASURE_CLASS {
-            // The record is the ledger's own (tenant `_system`); the tenant erased is in its data.
+        // Only the ledger's own record (tenant `_system`) erases: one a producer tenant got into an
+        // old ledger, before ingest refused the class on producer subjects, excuses no missing blob.
+        if event.ty() == ERASURE_CLASS && tenant == toolledger_wire::Tenant::SYSTEM {
+            // The tenant erased is in its data.
             let data = event.data().unwrap_or(&serde_json::Value::Null);
             let erased_tenant = data["tenant"].as_str().unwrap_or(&tenant).to_owned();
             for id in data["blob_ids"].as_array().into_iter().flatten() {

@@ -104,10 +104,21 @@ fn imported_sessions_project_with_their_native_ids() {
         let report = produce::publish_all(&js, outgoing.clone()).await;
         assert!(report.failed.is_empty(), "{:?}", report.failed);
         assert_eq!(report.published, events.len());
-        // Importing the same files again publishes the same ids: JetStream drops them.
+        // Importing the same files again publishes the same events (ATL_INBOUND dedupes nothing):
+        // ingest drops them by identity.
         let again = produce::publish_all(&js, outgoing).await;
-        assert_eq!(again.duplicates, events.len());
+        assert_eq!((again.published, again.duplicates), (events.len(), 0));
         drained(&js).await;
+        let ledger = js
+            .get_stream(toolledger_wire::streams::LEDGER)
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .state
+            .messages;
+        assert_eq!(ledger, events.len() as u64, "the re-import appended nothing");
         let _ = stop.send(());
         tokio::time::timeout(Duration::from_secs(30), ingest)
             .await

@@ -22,9 +22,28 @@ pub(crate) struct Checked {
 }
 
 impl Checked {
-    /// Replaces secrets with their markers and records where (DESIGN §5).
+    /// Replaces secrets with their markers and records where (DESIGN §5): in the event, and in an
+    /// agenttool-event's envelope fields, which the entry keeps beside it.
+    ///
+    /// The identity follows the scrubbed `source` (credentials in its userinfo are scrubbed): the
+    /// identity index is rebuilt from the entries' `source`, so the identity must be computed from
+    /// the same value when the entry is appended.
     pub(crate) fn scrub(&mut self, scrubber: &mut Scrubber) {
-        self.ledger.scrubbed_paths = scrubber.scrub(&mut self.json);
+        let mut paths = scrubber.scrub(&mut self.json);
+        if let Some(fields) = self.ledger.envelope_fields.as_mut() {
+            let envelope = scrubber.scrub_envelope_fields(fields);
+            if !envelope.is_empty() {
+                // One order for all: the scrubber's, by reference tokens.
+                paths.extend(envelope);
+                paths.sort_by_cached_key(|p| crate::scrub::pointer_tokens(p));
+            }
+        }
+        if let Some(source) = self.json.get("source").and_then(Value::as_str)
+            && source != self.source
+        {
+            self.source = source.to_owned();
+        }
+        self.ledger.scrubbed_paths = paths;
     }
 }
 

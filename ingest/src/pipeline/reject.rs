@@ -1,44 +1,123 @@
 //! The original a rejection keeps in ATL_QUARANTINE: scrubbed the way the accepted event would have
 //! been, credential-shaped headers replaced by their markers.
+//!
+//! ```text
+//! body ─▶ I-JSON? ─ yes ─▶ scrubbed as the event it would be (structure, names, shapes)
+//!                 └ no ──▶ pattern-scrubbed text only, + Atl-Quarantine-Body-Digest / -Size
+//! headers ─▶ credential-shaped name ─▶ marker;  any other value ─▶ pattern-scrubbed
+//! raw header block (poison) ─▶ line by line: credential-shaped name ─▶ marker, else pattern-scrubbed
+//! ```
 
+use std::borrow::Cow;
 use std::sync::{Mutex, PoisonError};
 
-use crate::quarantine::Original;
-use crate::scrub::Scrubber;
+use async_nats::HeaderMap;
+use async_nats::header::HeaderValue;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use toolledger_ledger::quarantine::{BODY_DIGEST, BODY_SIZE};
 
-/// The original as quarantine may keep it: a JSON body scrubbed like an accepted event would be,
-/// credential-shaped headers replaced by their markers.
+use crate::quarantine::Original;
+use crate::scrub::{SCRUBBED_KEY, Scrubber, is_credential_header};
+
+/// The original as quarantine may keep it: an I-JSON body scrubbed like an accepted event would be;
+/// any other body reduced to its pattern-scrubbed text with the original's digest and size; header
+/// values scrubbed.
 pub(crate) fn scrubbed_original(original: &Original, scrubber: &Mutex<Scrubber>) -> Original {
     let scrubber = scrubber.lock().unwrap_or_else(PoisonError::into_inner);
     let mut copy = original.clone();
-    if let Ok(json) = serde_json::from_slice::<serde_json::Value>(&original.payload)
-        && let Some(scrubbed) = scrub_payload(json, original.headers.as_ref(), &scrubber)
-        && let Ok(bytes) = serde_json::to_vec(&scrubbed)
-    {
-        copy.payload = bytes.into();
+    let mut reduced = false;
+    match toolledger_wire::ijson::parse(&original.payload) {
+        Ok(json) => {
+            if let Some(scrubbed) = scrub_payload(json, original.headers.as_ref(), &scrubber)
+                && let Ok(bytes) = serde_json::to_vec(&scrubbed)
+            {
+                copy.payload = bytes.into();
+            }
+        }
+        // A binary-mode event without data: nothing to keep or scrub.
+        Err(_) if original.payload.is_empty() => {}
+        Err(_) => {
+            let text = String::from_utf8_lossy(&original.payload);
+            copy.payload = scrubber.scrub_text(&text).into_owned().into_bytes().into();
+            reduced = true;
+        }
     }
-    if let Some(headers) = &original.headers {
-        let mut kept = async_nats::HeaderMap::new();
-        for (name, values) in headers.iter() {
-            let credential = crate::scrub::is_credential_header(name.as_ref());
+    if original.headers.is_some() || reduced {
+        let mut kept = HeaderMap::new();
+        for (name, values) in original.headers.iter().flat_map(|h| h.iter()) {
+            let name_text: &str = name.as_ref();
+            // What the body headers say is ingest's to say, not a producer's.
+            if name_text.eq_ignore_ascii_case(BODY_DIGEST) || name_text.eq_ignore_ascii_case(BODY_SIZE) {
+                continue;
+            }
+            let credential = is_credential_header(name_text);
             for value in values {
-                if credential {
-                    let marker = scrubber.marker(&serde_json::Value::String(value.to_string()));
-                    if let Ok(value) = marker["$scrubbed"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .parse::<async_nats::header::HeaderValue>()
-                    {
-                        kept.append(name.clone(), value);
-                    }
+                let text = value.as_str();
+                let scrubbed = if credential {
+                    Cow::Owned(whole_marker(&scrubber, text))
                 } else {
-                    kept.append(name.clone(), value.clone());
+                    scrubber.scrub_text(text)
+                };
+                match scrubbed {
+                    Cow::Borrowed(_) => kept.append(name.clone(), value.clone()),
+                    Cow::Owned(text) => {
+                        if let Ok(value) = text.parse::<HeaderValue>() {
+                            kept.append(name.clone(), value);
+                        }
+                    }
                 }
             }
         }
+        if reduced {
+            let digest = toolledger_wire::entry::hex(&Sha256::digest(&original.payload));
+            kept.insert(BODY_DIGEST, format!("sha256:{digest}").as_str());
+            kept.insert(BODY_SIZE, original.payload.len().to_string().as_str());
+        }
         copy.headers = Some(kept);
     }
+    if let Some(raw) = &original.raw_headers {
+        copy.raw_headers = Some(scrub_raw_headers(raw, &scrubber).into());
+    }
     copy
+}
+
+/// The marker a header value gets whole: the value of its `{"$scrubbed": …}` marker.
+fn whole_marker(scrubber: &Scrubber, value: &str) -> String {
+    scrubber.marker(&Value::String(value.to_owned()))[SCRUBBED_KEY]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A raw header block (one the client could not parse: invalid UTF-8, a bare CR or LF) scrubbed line
+/// by line like parsed headers; bytes that are not UTF-8 are kept as they are, for the diagnosis.
+fn scrub_raw_headers(raw: &[u8], scrubber: &Scrubber) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    for line in raw.split_inclusive(|b| *b == b'\n') {
+        let name = line.iter().position(|b| *b == b':').and_then(|colon| {
+            std::str::from_utf8(&line[..colon])
+                .ok()
+                .map(|n| (colon, n.trim()))
+        });
+        match name {
+            Some((colon, name)) if is_credential_header(name) => {
+                let end = line.len() - line.iter().rev().take_while(|b| b"\r\n".contains(b)).count();
+                let value = String::from_utf8_lossy(&line[colon + 1..end]);
+                out.extend_from_slice(&line[..=colon]);
+                out.push(b' ');
+                out.extend_from_slice(whole_marker(scrubber, value.trim()).as_bytes());
+                out.extend_from_slice(&line[end..]);
+            }
+            _ => {
+                for chunk in line.utf8_chunks() {
+                    out.extend_from_slice(scrubber.scrub_text(chunk.valid()).as_bytes());
+                    out.extend_from_slice(chunk.invalid());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A parsed original payload scrubbed as the event it would be; `None` when nothing was a secret.
@@ -47,11 +126,7 @@ pub(crate) fn scrubbed_original(original: &Original, scrubber: &Mutex<Scrubber>)
 /// with the attributes in `ce-*` headers: it is scrubbed inside an event rebuilt from those headers, so
 /// declared sensitive fields (found through the tenant and tool id attributes) and `/data/…` paths
 /// apply to it as they would have to the accepted event.
-fn scrub_payload(
-    mut json: serde_json::Value,
-    headers: Option<&async_nats::HeaderMap>,
-    scrubber: &Scrubber,
-) -> Option<serde_json::Value> {
+fn scrub_payload(mut json: Value, headers: Option<&HeaderMap>, scrubber: &Scrubber) -> Option<Value> {
     let binary = headers.is_some_and(|h| h.get("ce-specversion").is_some());
     if !binary {
         return (!scrubber.scrub_only(&mut json).is_empty()).then_some(json);
@@ -60,13 +135,15 @@ fn scrub_payload(
     for (name, values) in headers.into_iter().flat_map(|h| h.iter()) {
         let name = name.to_string();
         if let (Some(attribute), Some(value)) = (name.strip_prefix("ce-"), values.first()) {
-            event.insert(attribute.to_owned(), serde_json::Value::String(value.to_string()));
+            event.insert(attribute.to_owned(), Value::String(value.to_string()));
         }
     }
     event.insert("data".to_owned(), json);
-    let mut event = serde_json::Value::Object(event);
-    if scrubber.scrub_only(&mut event).is_empty() {
+    let mut event = Value::Object(event);
+    // Only `data` is kept: the attributes' own paths say nothing about the body.
+    let paths = scrubber.scrub_only(&mut event);
+    if !paths.iter().any(|p| p == "/data" || p.starts_with("/data/")) {
         return None;
     }
-    event.get_mut("data").map(serde_json::Value::take)
+    event.get_mut("data").map(Value::take)
 }

@@ -4,6 +4,7 @@
 
 mod append;
 mod golden;
+mod ids;
 mod payload;
 mod pipeline;
 mod scrub;

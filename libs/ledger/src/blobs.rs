@@ -338,6 +338,21 @@ impl BlobStore {
         }
     }
 
+    /// Whether the store holds the blob: what erasure asks instead of believing a record that says
+    /// the blob is gone.
+    pub async fn exists(&self, tenant: &Tenant, blob_id: &str) -> Result<bool> {
+        let path = self.blob_path(tenant, blob_id)?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.store.head(&path).await {
+                Ok(_) => return Ok(true),
+                Err(object_store::Error::NotFound { .. }) => return Ok(false),
+                Err(e) => self.backoff_or_fail("head", blob_id, attempt, e).await?,
+            }
+        }
+    }
+
     /// Ids of every blob stored for `tenant` (for sweeps and tests).
     pub async fn list(&self, tenant: &Tenant) -> Result<Vec<String>> {
         use futures::TryStreamExt;

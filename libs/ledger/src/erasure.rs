@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! plan     read the tenant's ledger entries (subject filter atl.ledger.<tenant>.>) and the ledger's
-//!          erasure records ─▶ the target's payload references not erased yet, the invocations and
-//!          sessions they belong to, and those inside a legal hold (min_days)
+//!          erasure records ─▶ the target's payload references; those a record names as erased are
+//!          asked of the blob store, and erased again when it still holds them ─▶ the payloads to
+//!          erase, the invocations and sessions they belong to, those inside a legal hold (min_days)
 //! execute  held and not forced? refuse ─▶ delete each blob (its nonce goes with it; deleting a
 //!          missing blob succeeds) ─▶ publish toolledger.erasure.completed to
 //!          atl.in._system.toolledger.erasure.completed (Nats-Msg-Id = the erasure id) ─▶ ingest, the
@@ -12,8 +13,14 @@
 //!
 //! Blobs go first and the record second: a crash in between leaves blobs deleted without a record,
 //! which `verify` reports as missing until the same erasure is run again (it is idempotent: blobs an
-//! earlier record names are skipped, the erasure id is derived from what is erased, so a repeated
-//! publish is deduplicated). Recording first would leave content that the ledger claims is gone.
+//! earlier record names and the store no longer holds are skipped, the erasure id is derived from
+//! what is erased, so a repeated publish is deduplicated). Recording first would leave content that
+//! the ledger claims is gone.
+//!
+//! A record is a claim, not a proof: one forged (published under `_system` where NATS has no
+//! accounts, or under a producer tenant before ingest refused that) or one whose deletes failed
+//! silently must not stop a real erasure. So a blob a record names is skipped only when the store
+//! says it is gone; one still stored is erased again and reported ([`ErasurePlan::still_stored`]).
 //!
 //! [`retention_target`] turns a tenant's maximum age into blob targets for the retention job, which
 //! [`retention_loop`] runs beside the services (`toolledger up`); `toolledger erase` runs one erasure.
@@ -95,8 +102,11 @@ pub struct FoundPayload {
 pub struct ErasurePlan {
     /// Payloads to erase, in ledger order (one per blob).
     pub payloads: Vec<FoundPayload>,
-    /// Blobs of the target that earlier erasure records already name.
+    /// Blobs of the target that earlier erasure records name and the store no longer holds.
     pub already_erased: Vec<String>,
+    /// Blobs of the target that earlier erasure records name but the store still holds: erased
+    /// again (they are also in `payloads`).
+    pub still_stored: Vec<String>,
     /// Invocations whose content is erased.
     pub invocation_ids: BTreeSet<String>,
     /// Sessions whose content is erased.
@@ -148,9 +158,15 @@ pub struct ErasureOutcome {
     pub record: Option<Value>,
 }
 
-/// Reads the tenant's entries and the ledger's erasure records and finds what `request` would erase.
-pub async fn plan(js: &jetstream::Context, ledger: &str, request: &ErasureRequest) -> Result<ErasurePlan> {
-    let erased: HashSet<String> = erasure_records(js, ledger)
+/// Reads the tenant's entries and the ledger's erasure records and finds what `request` would erase,
+/// asking `blobs` whether the blobs a record names as erased are really gone.
+pub async fn plan(
+    js: &jetstream::Context,
+    ledger: &str,
+    blobs: &BlobStore,
+    request: &ErasureRequest,
+) -> Result<ErasurePlan> {
+    let claimed: HashSet<String> = erasure_records(js, ledger)
         .await?
         .into_iter()
         .filter(|record| record.tenant == request.tenant.as_str())
@@ -158,6 +174,8 @@ pub async fn plan(js: &jetstream::Context, ledger: &str, request: &ErasureReques
         .collect();
     let mut plan = ErasurePlan::default();
     let mut seen = HashSet::new();
+    // Payloads an earlier record claims erased: the store decides, once they are all known.
+    let mut claimed_found = Vec::new();
     let filter = format!("atl.ledger.{}.>", request.tenant);
     for (seq, entry) in read_filtered(js, ledger, &filter).await? {
         if entry.ledger.payload_refs.is_empty() {
@@ -190,24 +208,79 @@ pub async fn plan(js: &jetstream::Context, ledger: &str, request: &ErasureReques
         }
         plan.entries_matched += 1;
         for payload in wanted {
-            if erased.contains(&payload.blob_id) {
-                plan.already_erased.push(payload.blob_id.clone());
-                continue;
-            }
             if !seen.insert(payload.blob_id.clone()) {
                 continue;
             }
-            plan.invocation_ids.extend(invocation.clone());
-            plan.session_ids.extend(session.clone());
-            plan.payloads.push(FoundPayload {
-                seq,
-                ingested_at: entry.ledger.ingested_at,
-                payload: payload.clone(),
-            });
+            let found = (
+                FoundPayload {
+                    seq,
+                    ingested_at: entry.ledger.ingested_at,
+                    payload: payload.clone(),
+                },
+                invocation.clone(),
+                session.clone(),
+            );
+            if claimed.contains(&payload.blob_id) {
+                claimed_found.push(found);
+            } else {
+                plan.add(found);
+            }
         }
     }
+    let claimed_ids: Vec<String> = claimed_found
+        .iter()
+        .map(|(found, ..)| found.payload.blob_id.clone())
+        .collect();
+    let stored = still_stored(blobs, &request.tenant, &claimed_ids).await?;
+    for found in claimed_found {
+        let blob_id = found.0.payload.blob_id.clone();
+        if stored.contains(&blob_id) {
+            tracing::warn!(
+                tenant = %request.tenant,
+                blob_id,
+                "an erasure record names this blob but the store still holds it; erasing it again"
+            );
+            plan.still_stored.push(blob_id);
+            plan.add(found);
+        } else {
+            plan.already_erased.push(blob_id);
+        }
+    }
+    plan.payloads.sort_by_key(|found| found.seq);
     plan.quarantined = quarantined_of(js, request).await?;
     Ok(plan)
+}
+
+impl ErasurePlan {
+    /// Adds a payload to erase, with the invocation and session its entry belongs to.
+    fn add(&mut self, (found, invocation, session): (FoundPayload, Option<String>, Option<String>)) {
+        self.invocation_ids.extend(invocation);
+        self.session_ids.extend(session);
+        self.payloads.push(found);
+    }
+}
+
+/// Of `claimed` (blobs of `tenant` an erasure record names), those the store still holds. A few are
+/// asked one by one; many are compared with one listing of the tenant's blobs, which costs a request
+/// per page of a thousand rather than one per blob.
+async fn still_stored(blobs: &BlobStore, tenant: &Tenant, claimed: &[String]) -> Result<HashSet<String>> {
+    /// Up to this many, one request per blob is cheaper than listing the tenant.
+    const ASK_ONE_BY_ONE: usize = 64;
+    if claimed.len() <= ASK_ONE_BY_ONE {
+        let mut stored = HashSet::new();
+        for blob_id in claimed {
+            if blobs.exists(tenant, blob_id).await? {
+                stored.insert(blob_id.clone());
+            }
+        }
+        return Ok(stored);
+    }
+    let listed: HashSet<String> = blobs.list(tenant).await?.into_iter().collect();
+    Ok(claimed
+        .iter()
+        .filter(|id| listed.contains(*id))
+        .cloned()
+        .collect())
 }
 
 /// The tenant's quarantined originals that belong to the target: for an invocation or a session,
@@ -477,7 +550,7 @@ pub async fn run_retention(
             requested_by: "toolledger retention".to_owned(),
             force: false,
         };
-        let plan = plan(js, ledger, &request).await?;
+        let plan = plan(js, ledger, blobs, &request).await?;
         let outcome = execute(js, blobs, &request, &plan, policy, now).await?;
         if outcome.erasure_id.is_some() {
             tracing::info!(tenant = %tenant, blobs = outcome.deleted.len(), "retention erased content");

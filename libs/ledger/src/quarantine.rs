@@ -13,6 +13,13 @@
 //! [`REASON`], [`DETAIL`], [`INBOUND_SUBJECT`] and [`INBOUND_SEQ`] headers. Publishing and receipts
 //! stay in ingest's pipeline; this module only reads and republishes, so the `quarantine` tool needs
 //! nothing of ingest.
+//!
+//! What the body holds (secrets never stay in it, DESIGN §5): an I-JSON body, scrubbed like the event
+//! it would have been; a body that is not I-JSON (it did not parse, held a duplicate key, or had bytes
+//! after the value), only its pattern-scrubbed text (lossy UTF-8), with the original's digest and size
+//! in [`BODY_DIGEST`] and [`BODY_SIZE`]. Such a body has no structure to find a secret by, and a parser
+//! may read it differently from ingest (the first of two duplicate keys), so no structural scrub of it
+//! could be trusted. Ingest's own receipt in the ledger holds the same digest and size.
 
 use async_nats::HeaderMap;
 use async_nats::header::{HeaderName, HeaderValue};
@@ -20,6 +27,7 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use toolledger_wire::streams::QUARANTINE;
 
 use crate::read::{StoredMessage, stored_message};
@@ -37,6 +45,11 @@ pub const INBOUND_SEQ: &str = "Atl-Inbound-Seq";
 pub const ORIGINAL_HEADERS_BASE64: &str = "Atl-Orig-Headers-Base64";
 /// The prefix of the original's `Nats-*` headers, renamed.
 pub const ORIGINAL_PREFIX: &str = "Atl-Orig-";
+/// The header with `sha256:<hex>` of an original body that was not kept: it was not I-JSON, and the
+/// stored body is its pattern-scrubbed text.
+pub const BODY_DIGEST: &str = "Atl-Quarantine-Body-Digest";
+/// The header with the size in bytes of an original body that was not kept.
+pub const BODY_SIZE: &str = "Atl-Quarantine-Body-Size";
 
 /// How much of a rejection's detail goes into headers and receipts.
 const MAX_DETAIL: usize = 2000;
@@ -86,11 +99,15 @@ pub struct QuarantineRecord {
     pub inbound_subject: String,
     /// Its headers as stored (the original's, plus the `Atl-*` ones), in stored order.
     pub headers: Vec<(String, String)>,
-    /// The original body.
+    /// The body as stored: the original, its scrubbed form, or (see [`Self::original_digest`]) its
+    /// pattern-scrubbed text.
     #[serde(skip)]
     pub payload: Bytes,
-    /// The body's size in bytes.
+    /// The original body's size in bytes.
     pub size: usize,
+    /// `sha256:<hex>` of the original body when only its pattern-scrubbed text was kept (it was not
+    /// I-JSON); `None` when the stored body is the original or its structurally scrubbed form.
+    pub original_digest: Option<String>,
 }
 
 impl QuarantineRecord {
@@ -103,6 +120,7 @@ impl QuarantineRecord {
                 .map(|(_, v)| v.clone())
                 .unwrap_or_default()
         };
+        let original_digest = Some(header(BODY_DIGEST)).filter(|d| !d.is_empty());
         Self {
             seq: stored.seq,
             time: stored.time,
@@ -110,10 +128,20 @@ impl QuarantineRecord {
             detail: header(DETAIL),
             inbound_subject: header(INBOUND_SUBJECT),
             subject: stored.subject,
-            size: stored.payload.len(),
+            size: header(BODY_SIZE).parse().unwrap_or(stored.payload.len()),
+            original_digest,
             payload: stored.payload,
             headers,
         }
+    }
+
+    /// Whether the stored body is byte for byte the original's: false only when the original was not
+    /// I-JSON and its text lost a secret (or invalid UTF-8) to scrubbing.
+    pub fn holds_original_body(&self) -> bool {
+        self.original_digest.as_ref().is_none_or(|digest| {
+            let stored = toolledger_wire::entry::hex(&Sha256::digest(&self.payload));
+            digest.strip_prefix("sha256:") == Some(stored.as_str())
+        })
     }
 
     /// The headers to republish with: the original's, `Atl-Orig-Nats-*` restored to `Nats-*`
@@ -181,6 +209,15 @@ pub async fn show(js: &jetstream::Context, seq: u64) -> Result<Option<Quarantine
 /// the new ATL_INBOUND sequence.
 pub async fn redrive(js: &jetstream::Context, seq: u64, body: Option<Bytes>) -> Result<u64> {
     let record = show(js, seq).await?.ok_or(Error::NotQuarantined { seq })?;
+    if body.is_none() && !record.holds_original_body() {
+        return Err(Error::Redrive {
+            seq,
+            reason: "only the scrubbed text of the original body was kept (it was not I-JSON); \
+                     redrive it with a corrected body"
+                .to_owned(),
+            source: None,
+        });
+    }
     if record.inbound_subject.is_empty() {
         return Err(Error::Redrive {
             seq,

@@ -10,6 +10,7 @@
 //! Event ─▶ contract: type is a known class ─────────────────────────────── unknown_class
 //!                    type equals the subject's class ───────────────────── bad_envelope (type)
 //!                    tenant extension present, a string, equal to the subject's ── tenant_mismatch
+//!          ─▶ ids: no control character, at most 1 KiB (crate::id) ───────────── bad_id
 //! ```
 //!
 //! The subject-class rule is what keeps producers from forging the ledger's own `toolledger.*`
@@ -128,6 +129,9 @@ pub fn decode(
         }
     };
     let class = check_contract(&event, &inbound)?;
+    if let Some((pointer, problem)) = crate::id::first_bad_id(&event) {
+        return Err(Error::BadId { pointer, problem });
+    }
     Ok(DecodedEvent {
         event,
         class,

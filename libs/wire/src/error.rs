@@ -39,6 +39,10 @@ pub enum QuarantineReason {
     /// A producer's event holds an object only ingest writes: a `{"$scrubbed": …}` or
     /// `{"$payload": …}` marker (it would claim a scrub or an offload that did not happen).
     ReservedMarker,
+    /// An id (`id`, `subject`, an id extension, a `data` member named `*_id` or `retry_of`) holds a
+    /// control character or is longer than 1 KiB: the ledger could not serve it back
+    /// ([`crate::id`]).
+    BadId,
 }
 
 impl QuarantineReason {
@@ -55,6 +59,7 @@ impl QuarantineReason {
         Self::BadPayload,
         Self::ReservedClass,
         Self::ReservedMarker,
+        Self::BadId,
     ];
 
     /// The stable snake_case name, also a NATS subject token.
@@ -71,6 +76,7 @@ impl QuarantineReason {
             Self::BadPayload => "bad_payload",
             Self::ReservedClass => "reserved_class",
             Self::ReservedMarker => "reserved_marker",
+            Self::BadId => "bad_id",
         }
     }
 }
@@ -152,6 +158,14 @@ pub enum Error {
         /// Every place the data breaks it.
         violations: Vec<Violation>,
     },
+    /// An id of the event is outside the id grammar ([`crate::id`]); the value is not repeated.
+    #[error("bad id at `{pointer}`: {problem}")]
+    BadId {
+        /// JSON Pointer of the id in the structured event (`/id`, `/data/invocation_id`).
+        pointer: String,
+        /// What is wrong with it.
+        problem: crate::id::IdProblem,
+    },
     /// An event could not be put on the wire (an extension name that is no header token, say).
     #[error("cannot encode event: {reason}")]
     Encode {
@@ -205,6 +219,7 @@ impl Error {
             Self::TenantMismatch { .. } => QuarantineReason::TenantMismatch,
             Self::NotIJson { .. } => QuarantineReason::NotIjson,
             Self::SchemaViolation { .. } => QuarantineReason::SchemaViolation,
+            Self::BadId { .. } => QuarantineReason::BadId,
             _ => return None,
         })
     }
@@ -247,7 +262,8 @@ mod tests {
                 "poison_message",
                 "bad_payload",
                 "reserved_class",
-                "reserved_marker"
+                "reserved_marker",
+                "bad_id"
             ]
         );
         for reason in QuarantineReason::ALL {

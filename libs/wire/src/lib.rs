@@ -14,6 +14,8 @@
 //! - [`envelope`]: the spec's own `agenttool-event` envelope, mapped to a CloudEvent.
 //! - [`mod@decode`]: [`decode()`] turns an inbound message into a [`DecodedEvent`] or a typed [`Error`]:
 //!   subject and tenant checks, class checks, the `tenant` extension.
+//! - [`id`]: the one id grammar (no control characters, at most 1 KiB) that ingest enforces and
+//!   the query service and CLI accept, so every id the ledger takes can be served back.
 //! - [`ijson`]: the strict parser every inbound JSON text goes through; refuses what is not I-JSON.
 //! - [`jcs`]: RFC 8785 canonical bytes.
 //! - [`entry`]: [`LedgerEntry`], its canonical bytes, leaf hash and content digest; parsed back in one
@@ -34,6 +36,7 @@ pub mod decode;
 pub mod entry;
 pub mod envelope;
 pub mod event;
+pub mod id;
 pub mod ijson;
 pub mod jcs;
 pub mod produce;

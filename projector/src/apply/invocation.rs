@@ -251,7 +251,13 @@ pub(super) fn apply(
         Data::Invocation(invocation) => external_ids(ctx, &invocation_id, invocation)?,
         Data::Hook(hook) => upsert_hook(ctx, &invocation_id, hook)?,
         Data::PermissionRequest(request) => {
-            let (merged, _) = merged_with(ctx, "permission_requests", "decision_id", &request.decision_id)?;
+            // A request without its decision id (a `missing_field` anomaly) has no row: requests
+            // are keyed by the decision that answers them. Its event, its move to awaiting_approval
+            // and its permission input (in the fold's four inputs) are all kept.
+            let Some(decision_id) = request.decision_id.as_deref() else {
+                return Ok(());
+            };
+            let (merged, _) = merged_with(ctx, "permission_requests", "decision_id", decision_id)?;
             let request: toolledger_schemas::model::PermissionRequest = typed(&merged, request.as_ref());
             ctx.tx
                 .prepare_cached(
@@ -262,7 +268,7 @@ pub(super) fn apply(
                 .sql("prepare permission request")?
                 .execute(params![
                     ctx.tenant,
-                    request.decision_id,
+                    decision_id,
                     invocation_id,
                     request.tool_id,
                     to_json(&request.permission_input),

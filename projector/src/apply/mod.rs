@@ -8,7 +8,8 @@
 //!                  │      │             progress, results, persistence, native ids
 //!                  │      └─ once per batch (Invocations::write): the invocations row
 //!                  ├─ tool.declared / surface / deferred ─▶ catalog (unknown values ─▶ anomalies)
-//!                  └─ toolledger.* ─▶ quarantine receipts, access reads, erasures
+//!                  └─ toolledger.* of tenant `_system` or appended by ingest itself ─▶ quarantine
+//!                     receipts, access reads, erasures (any other: the events row with its problem)
 //! ```
 //!
 //! Events carry snapshots that may be partial. The invocation's own snapshot is merged by the fold
@@ -31,9 +32,9 @@ use toolledger_schemas::state::{self, Config as StateConfig, InvocationTrack};
 use toolledger_schemas::{
     Anomaly, ClassifiedEvent, Data, Effect, EventClass, EventFacts, EventTime, contract,
 };
-use toolledger_wire::LedgerEntry;
 use toolledger_wire::entry::json_text;
 use toolledger_wire::event::format_time;
+use toolledger_wire::{LedgerEntry, Origin, Tenant};
 
 use crate::error::{Result, SqlContext};
 
@@ -117,6 +118,24 @@ pub(crate) fn apply_decoded(
     let subject = text(event.subject());
     let tool = text(event.extension_str("toolid"));
     let is_invocation_event = class.is_some_and(|c| contract(c).is_invocation_event());
+    // The ledger's own records vouch for things (content erased, a read recorded, a rejection), so
+    // only the ledger writes them: under its own tenant `_system` (access and erasure records, which
+    // come through ingest), or appended by ingest itself (origin `ledger`: the quarantine receipts it
+    // files under the rejected message's tenant). Ingest refuses these classes from any other tenant,
+    // but an older ledger may hold such an entry from before it did: it is indexed with its problem
+    // and applied nowhere, so a forged erasure record cannot mark content erased.
+    let foreign_record = class.is_some_and(EventClass::is_ledger_own)
+        && tenant != Tenant::SYSTEM
+        && ledger.origin != Origin::Ledger;
+    let problem = if foreign_record {
+        Some(format!(
+            "`{}` is the ledger's own class but this entry came from tenant `{tenant}`, not `{}`: not applied",
+            event.ty(),
+            Tenant::SYSTEM
+        ))
+    } else {
+        problem
+    };
     tx.prepare_cached(
         "INSERT INTO events (seq, leaf_hash, event_id, source, class, tenant, session_id, subject,
             invocation_id, tool_id, event_time, event_time_ns, ingested_at, origin, traceparent, tracestate,
@@ -147,6 +166,9 @@ pub(crate) fn apply_decoded(
         problem
     ])
     .sql("insert event")?;
+    if foreign_record {
+        return Ok(leaf);
+    }
 
     if let Some(session) = &session {
         upsert_session(tx, &tenant, session, seq, time.as_deref(), time_ns)?;

@@ -116,3 +116,78 @@ fn an_existing_projection_takes_this_builds_indexes_and_keeps_its_rows() {
     let reader = Store::open_readonly(&path).unwrap();
     assert_eq!(indexes(&reader), want);
 }
+
+/// A ledger-own record of `tenant`: an erasure of `blob` or a read of `invocation`.
+fn own_record(class: &str, id: &str, tenant: &str, blob: &str) -> serde_json::Value {
+    let data = match class {
+        "toolledger.erasure.completed" => serde_json::json!({
+            "erasure_id": id, "tenant": "acme", "blob_ids": [blob], "reason": "forged?",
+            "authority": "nobody", "completed_at": "2026-05-08T09:00:01Z"}),
+        _ => serde_json::json!({
+            "access_id": id, "principal": "mallory", "endpoint": "GET /v1/invocations/{invocation_id}",
+            "tenant": "acme", "invocation_ids": ["inv-1"], "read_at": "2026-05-08T09:00:01Z"}),
+    };
+    serde_json::json!({"specversion": "1.0", "id": id, "source": "urn:forger", "type": class,
+        "subject": id, "time": "2026-05-08T09:00:01Z", "tenant": tenant, "data": data})
+}
+
+#[test]
+fn ledger_own_records_apply_only_from_the_ledger_and_others_are_indexed_with_their_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("p.sqlite"), Default::default()).unwrap();
+    // An old ledger: records of the ledger's own classes appended under a producer tenant, from
+    // before ingest refused them; then the ledger's own, and a receipt ingest filed under `acme`.
+    let forged_erasure = own_record("toolledger.erasure.completed", "erasure-forged", "acme", "b-1");
+    let forged_read = own_record("toolledger.access.read", "access-forged", "acme", "");
+    let real_erasure = own_record("toolledger.erasure.completed", "erasure-real", "_system", "b-2");
+    let mut receipt = crate::ledger::quarantine_receipt(1);
+    receipt["tenant"] = serde_json::json!("acme");
+    let receipt = toolledger_wire::LedgerEntry::own(
+        toolledger_wire::Event::from_json(receipt).unwrap(),
+        chrono::DateTime::UNIX_EPOCH,
+    )
+    .canonical_bytes()
+    .unwrap();
+    let bytes = [
+        ledger::entry_bytes(&forged_erasure),
+        ledger::entry_bytes(&forged_read),
+        ledger::entry_bytes(&real_erasure),
+        receipt,
+    ];
+    let raw: Vec<RawEntry> = bytes
+        .into_iter()
+        .enumerate()
+        .map(|(i, bytes)| RawEntry {
+            seq: i as u64 + 1,
+            bytes,
+        })
+        .collect();
+    assert_eq!(store.apply_batch(&raw).unwrap(), 4);
+
+    let strings = |sql: &str| -> Vec<String> {
+        let conn = store.connection();
+        let mut statement = conn.prepare(sql).unwrap();
+        statement
+            .query_map([], |r| r.get::<_, String>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(strings("SELECT erasure_id FROM erasures"), ["erasure-real"]);
+    assert_eq!(strings("SELECT blob_id FROM erased_blobs"), ["b-2"]);
+    assert!(strings("SELECT access_id FROM access_reads").is_empty());
+    assert_eq!(strings("SELECT receipt_id FROM quarantine_receipts"), ["rcpt-1"]);
+    // Every entry is indexed; the forged ones say why they went no further.
+    assert_eq!(count(&store, "events"), 4);
+    let problems = strings("SELECT seq || ' ' || problem FROM events WHERE problem IS NOT NULL ORDER BY seq");
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].starts_with("1 `toolledger.erasure.completed` is the ledger's own class")
+            && problems[0].contains("tenant `acme`"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].starts_with("2 `toolledger.access.read`"),
+        "{problems:?}"
+    );
+}

@@ -285,7 +285,7 @@ fn sessions_filtered_by_tool_and_status_carry_the_states_of_their_matching_invoc
         sessions(
             conn,
             &SessionFilter {
-                tool_id: Some("x' OR '1'='1".to_owned()),
+                tool_id: Some("fs.read\u{0}".to_owned()),
                 limit: 10,
                 ..SessionFilter::default()
             },

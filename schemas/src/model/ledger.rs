@@ -10,15 +10,22 @@ use serde_json::{Number, Value};
 /// `tool.permission.requested` data: a permission decision was asked for. The spec has no object for
 /// the request, so the ledger defines this one (`schemas/ledger/permission-request.schema.json`); the
 /// later decision carries the same `decision_id`.
+///
+/// Every field is optional: the official schemas require nothing of a request (they define no object
+/// for it), so the ledger refuses none for a field it left out. Those the ledger expects
+/// (`decision_id`, `invocation_id`, `permission_input`, `requested_at`) are reported missing instead
+/// ([`crate::Data::missing_fields`], a `missing_field` anomaly).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PermissionRequest {
     /// The Agent Tool schema version, when the producer gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema_version: Option<String>,
     /// The decision this request will be answered by.
-    pub decision_id: String,
-    /// The invocation asking.
-    pub invocation_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<String>,
+    /// The invocation asking (else the event's `invocationid` or `subject` names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation_id: Option<String>,
     /// The tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_id: Option<String>,
@@ -40,10 +47,27 @@ pub struct PermissionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<Object>,
     /// When it was requested (RFC 3339).
-    pub requested_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_at: Option<String>,
     /// Fields this type does not name, kept verbatim.
     #[serde(flatten)]
     pub extra: Object,
+}
+
+impl PermissionRequest {
+    /// The fields the ledger expects of a request that this one lacks, as JSON Pointers under `data`.
+    pub fn missing_fields(&self) -> Vec<String> {
+        [
+            ("decision_id", self.decision_id.is_none()),
+            ("invocation_id", self.invocation_id.is_none()),
+            ("permission_input", self.permission_input.is_none()),
+            ("requested_at", self.requested_at.is_none()),
+        ]
+        .into_iter()
+        .filter(|(_, missing)| *missing)
+        .map(|(field, _)| format!("/{field}"))
+        .collect()
+    }
 }
 
 /// `toolledger.access.read` data (`schemas/ledger/access-read.schema.json`): someone read invocation or

@@ -481,6 +481,10 @@ fn crafted(kind: AnomalyKind, prefix: &[EventFacts]) -> Vec<EventFacts> {
             events.push(result("r1", ResultStatus::PartialSucceeded));
             events.push(result("r2", ResultStatus::Succeeded));
         }
+        AnomalyKind::MissingField => events.push(EventFacts {
+            missing_fields: vec!["/permission_input".into()],
+            ..ev(C::PermissionRequested)
+        }),
     }
     if kind == AnomalyKind::OrphanEvent && events.is_empty() {
         events.push(ev(C::InvocationStarted));
@@ -579,6 +583,7 @@ fn any_facts() -> impl Strategy<Value = EventFacts> {
                     result_status,
                     result_id: result_id.map(str::to_owned),
                     unknown_values: Vec::new(),
+                    missing_fields: Vec::new(),
                 }
             },
         )

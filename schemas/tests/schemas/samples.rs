@@ -124,7 +124,9 @@ pub fn minimal(kind: ObjectKind) -> (Value, &'static [&'static str]) {
         ObjectKind::PermissionRequest => (
             json!({"decision_id": "perm_1", "invocation_id": "inv_1", "permission_input": {"path": "/x"},
                 "requested_at": "2026-05-08T00:00:00Z"}),
-            &["decision_id", "invocation_id", "requested_at"],
+            // The official schemas define no request, so none of its fields is required: those the
+            // ledger expects are `missing_field` anomalies when absent.
+            &[],
         ),
         ObjectKind::AccessRead => (
             json!({"access_id": "acc_1", "principal": "token:ops", "endpoint": "GET /v1/invocations/inv_1",

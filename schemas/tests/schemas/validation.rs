@@ -30,6 +30,11 @@ fn every_kind_reports_each_missing_required_field_at_its_pointer() {
     for kind in ObjectKind::ALL {
         let (sample, required) = samples::minimal(*kind);
         validate_object(*kind, &sample).unwrap_or_else(|e| panic!("{kind:?} sample: {e}"));
+        if required.is_empty() {
+            // Nothing required (an object the official schemas do not define): nothing can be missing.
+            validate_object(*kind, &json!({})).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+            continue;
+        }
         // All required fields missing at once: every one is reported.
         let err = validate_object(*kind, &json!({})).expect_err("empty object is invalid");
         for field in required {
@@ -71,12 +76,14 @@ fn every_kind_reports_wrong_types_at_their_pointers() {
         let (sample, required) = samples::minimal(*kind);
         let mut broken = sample.clone();
         // Every required field here is a string or an array or any JSON, none is an object:
-        // an object is the wrong type for all but `permission_input` (any JSON).
-        let typed: Vec<&str> = required
-            .iter()
-            .copied()
-            .filter(|f| *f != "permission_input")
-            .collect();
+        // an object is the wrong type for all but `permission_input` (any JSON). Where nothing is
+        // required, the sample's fields are typed all the same.
+        let fields: Vec<&str> = if required.is_empty() {
+            sample.as_object().unwrap().keys().map(String::as_str).collect()
+        } else {
+            required.to_vec()
+        };
+        let typed: Vec<&str> = fields.into_iter().filter(|f| *f != "permission_input").collect();
         for field in &typed {
             broken[*field] = json!({"wrong": "type"});
         }
@@ -229,14 +236,40 @@ mod properties {
 
 /// The accept-and-flag rule for the ledger's own shapes: only what the official schemas require may
 /// cause a rejection. The spec defines no object for `tool.permission.requested`, so a request
-/// without `permission_input` (what an independent producer sends) is valid.
+/// without `permission_input` (what an independent producer sends), or without any field the
+/// ledger expects, is valid; the model names what is missing for the `missing_field` anomaly.
 #[test]
 fn a_permission_request_without_its_input_is_valid() {
     let request = json!({"decision_id": "perm_1", "invocation_id": "inv_1",
         "requested_at": "2026-05-08T00:00:00Z"});
     validate_object(ObjectKind::PermissionRequest, &request).unwrap();
     assert_eq!(
-        validate_event(&event(EventClass::PermissionRequested, request)).unwrap(),
+        validate_event(&event(EventClass::PermissionRequested, request.clone())).unwrap(),
         EventClass::PermissionRequested
+    );
+    let missing = |data: &serde_json::Value| {
+        toolledger_schemas::Data::decode_for(EventClass::PermissionRequested, data)
+            .unwrap()
+            .missing_fields()
+    };
+    assert_eq!(missing(&request), ["/permission_input"]);
+    let bare = json!({"schema_version": "0.2.0"});
+    validate_object(ObjectKind::PermissionRequest, &bare).unwrap();
+    assert_eq!(
+        missing(&bare),
+        [
+            "/decision_id",
+            "/invocation_id",
+            "/permission_input",
+            "/requested_at"
+        ]
+    );
+    // `null` is a value the producer sent, not an absence.
+    assert!(
+        missing(
+            &json!({"decision_id": "d", "invocation_id": "i", "permission_input": null,
+        "requested_at": "2026-05-08T00:00:00Z"})
+        )
+        .is_empty()
     );
 }

@@ -2,7 +2,8 @@
 //! retention job once. The fact of the call, its entry and its commitment stay; `verify` passes.
 //!
 //! ```text
-//! plan (read the tenant's entries and earlier erasure records) ─▶ legal hold? refuse unless --force
+//! plan (read the tenant's entries and earlier erasure records; ask the blob store whether the blobs
+//!       a record names are really gone) ─▶ legal hold? refuse unless --force
 //!   ─▶ delete blobs ─▶ publish toolledger.erasure.completed ─▶ wait until ingest appended it
 //! ```
 //!
@@ -117,7 +118,13 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             .unwrap_or_else(|| "unknown".to_owned()),
         force: args.force,
     };
-    let plan = erase::plan(&js, LEDGER, &request).await?;
+    let plan = erase::plan(&js, LEDGER, &blobs, &request).await?;
+    if !plan.still_stored.is_empty() {
+        println!(
+            "toolledger erase: {} blobs an earlier erasure record names are still in the blob store; erasing them again",
+            plan.still_stored.len()
+        );
+    }
     let retention = config.retention.for_tenant(tenant.as_str());
     if args.dry_run {
         let held = plan.held(retention, now).len();

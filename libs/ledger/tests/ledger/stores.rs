@@ -44,6 +44,12 @@ async fn a_blob_round_trips_is_checked_against_its_commitment_and_is_erasable() 
     );
     let raw = store.fetch_raw(&tenant, &stored.blob_id).await.unwrap();
     assert_eq!(raw.len(), NONCE_LEN + 12, "nonce || content");
+    assert!(store.exists(&tenant, &stored.blob_id).await.unwrap());
+    let other = Tenant::parse("globex").unwrap();
+    assert!(
+        !store.exists(&other, &stored.blob_id).await.unwrap(),
+        "blobs are per tenant"
+    );
 
     // Another commitment: the blob is reported altered, not returned.
     let mut wrong = payload.clone();
@@ -52,6 +58,7 @@ async fn a_blob_round_trips_is_checked_against_its_commitment_and_is_erasable() 
     assert!(matches!(error, Error::PayloadDigestMismatch { .. }), "{error}");
 
     store.delete(&tenant, &stored.blob_id).await.unwrap();
+    assert!(!store.exists(&tenant, &stored.blob_id).await.unwrap());
     let error = store.fetch_verified(&tenant, &payload).await.unwrap_err();
     assert!(matches!(error, Error::PayloadMissing { .. }), "{error}");
     assert!(store.list(&tenant).await.unwrap().is_empty());

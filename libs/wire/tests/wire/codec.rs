@@ -61,6 +61,12 @@ fn nonempty_text() -> impl Strategy<Value = String> {
     prop_oneof!["[ -~]{1,20}", "\\PC{1,12}", "[a\r\n %\"é€😀]{1,10}"]
 }
 
+/// Text for ids (`id`, `subject`, `sessionid`): anything the id grammar takes (no control
+/// characters), spaces, quotes and percent signs included. CR/LF go in `source` and other extensions.
+fn id_text() -> impl Strategy<Value = String> {
+    prop_oneof!["[ -~]{1,20}", "\\PC{1,12}", "[a %\"é€😀<>/]{1,10}"]
+}
+
 fn time() -> impl Strategy<Value = DateTime<Utc>> {
     (0i64..4_102_444_800, 0u32..1_000_000_000)
         .prop_map(|(secs, nanos)| DateTime::<Utc>::from_timestamp(secs, nanos).expect("in range"))
@@ -82,13 +88,13 @@ fn extension_value(binary: bool) -> BoxedStrategy<ExtensionValue> {
 
 prop_compose! {
     fn event(binary: bool)(
-        id in nonempty_text(),
+        id in id_text(),
         source in nonempty_text(),
         class in prop::sample::select(EventClass::ALL.to_vec()),
-        subject in prop::option::of(nonempty_text()),
+        subject in prop::option::of(id_text()),
         time in prop::option::of(time()),
         content_type in prop::option::of(Just("application/json")),
-        session in prop::option::of(nonempty_text()),
+        session in prop::option::of(id_text()),
         extensions in prop::collection::btree_map("[a-z0-9]{1,12}", extension_value(binary), 0..4),
         data in prop::option::of(json_object()),
     ) -> Event {

@@ -217,6 +217,45 @@ fn binary_header_values_must_be_percent_encoded_utf8() {
 }
 
 #[test]
+fn ids_with_a_control_character_or_over_a_kib_are_bad_id_naming_where_not_what() {
+    let binary = |id: &str, data: &str| {
+        let h = headers(&[
+            ("ce-specversion", "1.0"),
+            ("ce-id", id),
+            ("ce-source", "s"),
+            ("ce-type", "tool.invocation.started"),
+            ("ce-tenant", "acme"),
+            ("ce-invocationid", "inv%201"),
+        ]);
+        decode(SUBJECT, Some(&h), &body(data))
+    };
+    // Percent-decoded first: a control character may arrive encoded.
+    let (why, text) = reason(binary("e%0D%0A1", "{}"));
+    assert_eq!(why, QuarantineReason::BadId);
+    assert_eq!(text, "bad id at `/id`: control character U+000D at byte 1");
+    let long = "x".repeat(1025);
+    let (why, text) = reason(binary("e1", &format!(r#"{{"invocation_id":"{long}"}}"#)));
+    assert_eq!(why, QuarantineReason::BadId);
+    assert_eq!(
+        text,
+        "bad id at `/data/invocation_id`: 1025 bytes, over the 1024-byte limit for ids"
+    );
+    let (why, _) = reason(decode(
+        SUBJECT,
+        Some(&ce_json()),
+        &structured(json!({"subject": "a\u{7f}"})),
+    ));
+    assert_eq!(why, QuarantineReason::BadId);
+    // Any other text is an id, however odd.
+    let odd = binary(
+        "e%20%3C1%3E%2F%25",
+        r#"{"invocation_id":"inv 1","retry_of":"会話 <0>/%"}"#,
+    )
+    .unwrap();
+    assert_eq!(odd.event.id(), "e <1>/%");
+}
+
+#[test]
 fn binary_data_that_is_not_ijson_names_its_path_under_data() {
     let h = headers(&[
         ("ce-specversion", "1.0"),
