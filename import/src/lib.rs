@@ -32,6 +32,7 @@ pub mod mcp;
 pub mod nact;
 pub mod openai;
 pub mod otc;
+pub mod otlp;
 pub mod toolproto;
 
 use serde::Serialize;

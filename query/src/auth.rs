@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use sha2::{Digest, Sha256};
 use toolledger_core::config::ApiToken;
+use toolledger_core::tokens::TokenDigests;
 
 use crate::error::{Error, Result};
 
@@ -62,17 +62,14 @@ impl Principal {
 /// The configured tokens, by digest.
 #[derive(Debug, Clone, Default)]
 pub struct Tokens {
-    entries: Vec<([u8; 32], Principal)>,
+    digests: TokenDigests<Principal>,
 }
 
 impl Tokens {
     /// Checks and indexes the configured tokens.
     pub fn from_config(tokens: &[ApiToken]) -> Result<Self> {
-        let mut entries = Vec::with_capacity(tokens.len());
+        let mut digests = TokenDigests::default();
         for token in tokens {
-            let digest = parse_digest(&token.sha256).ok_or_else(|| {
-                Error::Config(format!("token `{}`: sha256 must be 64 hex digits", token.name))
-            })?;
             let access = if token.admin {
                 Access::Admin
             } else {
@@ -82,60 +79,37 @@ impl Tokens {
                 }
                 Access::Tenants(token.tenants.iter().cloned().collect())
             };
-            entries.push((
-                digest,
-                Principal {
-                    name: token.name.clone(),
-                    access,
-                },
-            ));
+            let principal = Principal {
+                name: token.name.clone(),
+                access,
+            };
+            digests.insert_digest(&token.sha256, principal).ok_or_else(|| {
+                Error::Config(format!("token `{}`: sha256 must be 64 hex digits", token.name))
+            })?;
         }
-        Ok(Self { entries })
+        Ok(Self { digests })
     }
 
     /// Adds one token given in clear (the local admin token of `toolledger up`).
     pub fn add(&mut self, token: &str, principal: Principal) {
-        self.entries.push((Sha256::digest(token).into(), principal));
+        self.digests.insert_clear(token, principal);
     }
 
     /// Whether no token is configured.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.digests.is_empty()
     }
 
-    /// The principal whose token is `presented`. Every configured digest is compared in full and in
-    /// constant time, so timing reveals neither which token nor how much of it matched.
+    /// The principal whose token is `presented` (compared in constant time).
     pub fn authenticate(&self, presented: &str) -> Result<Principal> {
-        let digest: [u8; 32] = Sha256::digest(presented).into();
-        let mut found = None;
-        for (candidate, principal) in &self.entries {
-            let difference = candidate
-                .iter()
-                .zip(digest.iter())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-            if difference == 0 && found.is_none() {
-                found = Some(principal);
-            }
-        }
-        found.cloned().ok_or(Error::Unauthenticated)
+        self.digests
+            .find(presented)
+            .cloned()
+            .ok_or(Error::Unauthenticated)
     }
 }
 
-/// Lowercase hex SHA-256 of a token, as `[api] tokens` stores it.
-pub fn token_digest(token: &str) -> String {
-    toolledger_wire::entry::hex(&Sha256::digest(token))
-}
-
-fn parse_digest(hex: &str) -> Option<[u8; 32]> {
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
+pub use toolledger_core::tokens::token_digest;
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,7 @@ mod ids;
 mod import;
 mod init;
 mod missing_field;
+mod otlp;
 mod project;
 mod query;
 mod replay;

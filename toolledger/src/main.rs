@@ -46,6 +46,10 @@ enum Command {
     /// when any record was rejected (the rest are still published). Needs --nats-url or nats.url unless
     /// --dry-run.
     Import(cmd::import::Args),
+    /// Receive OpenTelemetry traces (OTLP over HTTP and gRPC) and record their tool-call spans
+    /// (GenAI `execute_tool`, MCP `tools/call`, OpenInference `TOOL`) as Agent Tool events, publishing
+    /// as each write token's tenant; docs/otlp.md. Needs [[otlp.tokens]] and --nats-url or nats.url.
+    Otlp(cmd::otlp::Args),
     /// Append inbound events to the ledger as its single writer: validate, deduplicate, quarantine
     /// rejects with a receipt. Needs --nats-url or nats.url and streams made by `toolledger init`.
     Ingest(cmd::ingest::Args),
@@ -144,6 +148,7 @@ fn main() -> ExitCode {
             Command::Init(args) => cmd::init::run(config, args).await,
             Command::Emit(args) => cmd::emit::run(config, args).await,
             Command::Import(args) => cmd::import::run(config, args).await,
+            Command::Otlp(args) => cmd::otlp::run(config, args, cmd::shutdown_signal()).await,
             Command::Erase(args) => cmd::erase::run(config, args).await,
             Command::Query(args) => cmd::sql::run(config, args).await,
             Command::Replay(args) => cmd::replay::run(config, args).await,

@@ -56,6 +56,62 @@ pub struct Config {
     /// The Parquet archive `toolledger export` writes.
     #[serde(default)]
     pub export: ExportConfig,
+    /// The OTLP traces receiver (`toolledger otlp`, and `up` when it has write tokens).
+    #[serde(default)]
+    pub otlp: OtlpConfig,
+}
+
+/// The OTLP traces receiver (`docs/otlp.md`): where it listens and who may write for which tenant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpConfig {
+    /// OTLP/HTTP (`POST /v1/traces`, protobuf or JSON); port 0 picks a free port.
+    pub http_listen: SocketAddr,
+    /// OTLP/gRPC (`TraceService/Export`); port 0 picks a free port.
+    pub grpc_listen: SocketAddr,
+    /// Who may write. Empty: `toolledger otlp` refuses to start and `up` does not run the receiver.
+    pub tokens: Vec<OtlpToken>,
+    /// The largest request body, after decompression.
+    pub max_request_bytes: usize,
+    /// Tool spans remembered per tenant, so a nested span exported in a later request joins its
+    /// call's invocation.
+    pub recent_spans: usize,
+    /// Seconds a refused exporter is asked to wait before it retries (`Retry-After`, RetryInfo).
+    pub retry_after_secs: u64,
+    /// Seconds a server-side tool span (an MCP server's `tools/call`) waits for its caller's span
+    /// to join it before it is recorded on its own.
+    pub caller_grace_secs: u64,
+}
+
+impl Default for OtlpConfig {
+    fn default() -> Self {
+        Self {
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 4318)),
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 4317)),
+            tokens: Vec::new(),
+            max_request_bytes: 8 * 1024 * 1024,
+            recent_spans: 100_000,
+            retry_after_secs: 1,
+            caller_grace_secs: 30,
+        }
+    }
+}
+
+/// One write token of the OTLP receiver: confined to one tenant, and publishing as that tenant's
+/// producer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpToken {
+    /// Who holds it (logged with each refused request).
+    pub name: String,
+    /// Lowercase hex SHA-256 of the token (`printf %s "$TOKEN" | sha256sum`).
+    pub sha256: String,
+    /// The one tenant its spans are recorded for.
+    pub tenant: String,
+    /// The NATS URL (with the tenant's producer credentials, `nats://producer-acme:…@host`) its
+    /// events are published with; default `nats.url` (or `up`'s local server).
+    #[serde(default)]
+    pub nats_url: Option<String>,
 }
 
 /// The Parquet exporter (DESIGN §6, `docs/parquet.md`).
@@ -280,6 +336,7 @@ impl Default for Config {
             api: ApiConfig::default(),
             retention: RetentionConfig::default(),
             export: ExportConfig::default(),
+            otlp: OtlpConfig::default(),
         }
     }
 }
@@ -340,8 +397,7 @@ impl Config {
             }
         }
         for token in &self.api.tokens {
-            let hex = token.sha256.len() == 64 && token.sha256.bytes().all(|b| b.is_ascii_hexdigit());
-            if !hex {
+            if !is_sha256_hex(&token.sha256) {
                 return Err(invalid(
                     "api.tokens",
                     format!("token `{}`: sha256 must be 64 hex digits", token.name),
@@ -353,6 +409,23 @@ impl Config {
                     format!("token `{}` reads no tenant (set tenants or admin)", token.name),
                 ));
             }
+        }
+        for token in &self.otlp.tokens {
+            if !is_sha256_hex(&token.sha256) {
+                return Err(invalid(
+                    "otlp.tokens",
+                    format!("token `{}`: sha256 must be 64 hex digits", token.name),
+                ));
+            }
+            if token.tenant.is_empty() {
+                return Err(invalid(
+                    "otlp.tokens",
+                    format!("token `{}` names no tenant", token.name),
+                ));
+            }
+        }
+        if self.otlp.max_request_bytes == 0 {
+            return Err(invalid("otlp.max_request_bytes", "must be at least 1"));
         }
         for (tenant, retention) in std::iter::once(("default", &self.retention.default))
             .chain(self.retention.tenants.iter().map(|(t, r)| (t.as_str(), r)))
@@ -453,6 +526,11 @@ fn validate_nats_url(url: &str) -> std::result::Result<(), String> {
             .map_err(|_| format!("`{server}` has no valid port"))?;
     }
     Ok(())
+}
+
+/// Whether `text` is a SHA-256 digest in hex, as token settings store them.
+fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn invalid(key: &str, reason: impl Into<String>) -> Error {

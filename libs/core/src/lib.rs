@@ -14,6 +14,7 @@
 pub mod config;
 pub mod nats_server;
 pub mod telemetry;
+pub mod tokens;
 
 mod error;
 pub use error::{Error, Result};

@@ -11,6 +11,7 @@ pub mod export;
 pub mod import;
 pub mod ingest;
 pub mod init;
+pub mod otlp;
 pub mod project;
 pub mod prove;
 pub mod quarantine;

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! start nats-server (unless nats.url is set) ─▶ connect, check JetStream ─▶ serve /metrics, /healthz
-//!   ─▶ create or verify the streams of the contract ─▶ run ingest, the projector, the /v1 API
+//!   ─▶ create or verify the streams of the contract ─▶ run ingest, the projector, the /v1 API, and
+//!      the OTLP receiver when `[otlp]` has write tokens
 //!   ─▶ --demo: publish a generated session, wait for ingest and projection, print one reconstructed
 //!      invocation and a verify of the ledger against its signed checkpoints
 //!   ─▶ run until Ctrl-C / SIGTERM ─▶ stop the services, then the server
@@ -189,6 +190,25 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     })
     .await?;
 
+    let (otlp_stop, otlp_stopped) = tokio::sync::oneshot::channel::<()>();
+    let otlp = if config.otlp.tokens.is_empty() {
+        drop(otlp_stopped);
+        say("otlp receiver off: no write tokens ([[otlp.tokens]], docs/otlp.md)");
+        None
+    } else {
+        let metrics = telemetry.register(toolledger_otlp::OtlpMetrics::register);
+        let receiver = std::sync::Arc::new(toolledger_otlp::Receiver::new(&config, &url, metrics)?);
+        let running = toolledger_otlp::start(&config.otlp, receiver, async {
+            let _ = otlp_stopped.await;
+        })
+        .await?;
+        say(&format!(
+            "otlp receiver at http://{}/v1/traces (http) and http://{} (grpc)",
+            running.http_addr, running.grpc_addr
+        ));
+        Some(running.task)
+    };
+
     if args.demo {
         say(&format!("data directory: {}", config.data_dir.display()));
         publish_demo_session(&jetstream).await?;
@@ -207,6 +227,14 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
 
     shutdown.await;
     say("stopping");
+    // The receiver first: what it accepted is in ATL_INBOUND before ingest stops.
+    let _ = otlp_stop.send(());
+    if let Some(task) = otlp {
+        match tokio::time::timeout(std::time::Duration::from_secs(30), task).await {
+            Ok(_) => say("otlp receiver stopped"),
+            Err(_) => tracing::error!("the otlp receiver did not stop within 30 s"),
+        }
+    }
     // The API first: the reads it recorded are published to ATL_INBOUND before ingest stops.
     let _ = api_stop.send(());
     match tokio::time::timeout(std::time::Duration::from_secs(30), api_task).await {
