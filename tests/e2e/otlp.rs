@@ -167,6 +167,49 @@ fn sdk_spans_over_http_and_grpc_are_reconstructed_once_with_scrubbed_arguments()
         }
     }
 
+    // OTLP/JSON, posted as a collector would: one tool span and one span with a short trace id,
+    // which is left out and reported; a wrong token and a body that is not OTLP are refused.
+    let addr: std::net::SocketAddr = http
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1/traces")
+        .parse()
+        .unwrap();
+    let json_request = serde_json::json!({"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "json-agent"}}]},
+        "scopeSpans": [{"spans": [
+            {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
+             "name": "execute_tool get_weather", "kind": 1,
+             "startTimeUnixNano": "1764100000000000000", "endTimeUnixNano": "1764100000500000000",
+             "attributes": [
+                {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                {"key": "gen_ai.tool.name", "value": {"stringValue": "get_weather"}},
+                {"key": "gen_ai.tool.call.id", "value": {"stringValue": "call-json-1"}},
+                {"key": "gen_ai.tool.call.arguments", "value": {"stringValue": "{\"city\":\"Paris\"}"}},
+                {"key": "gen_ai.conversation.id", "value": {"stringValue": "conv-json"}}],
+             "status": {"code": 1}},
+            {"traceId": "5b8e", "spanId": "eee19b7ec3c1b175", "name": "execute_tool broken",
+             "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}}]}
+        ]}]
+    }]});
+    let reply =
+        toolledger_testkit::http_post(addr, "/v1/traces", Some(WRITE_TOKEN), &json_request.to_string())
+            .unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let answer: Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(answer["partialSuccess"]["rejectedSpans"], 1, "{answer}");
+    assert_eq!(reconstructed(&config, "call-json-1")["state"], "succeeded");
+    let refused = toolledger_testkit::http_post(addr, "/v1/traces", Some("not-a-write-token"), "{}").unwrap();
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    let api_token =
+        toolledger_testkit::http_post(addr, "/v1/traces", Some(crate::query::ADMIN_TOKEN), "{}").unwrap();
+    assert_eq!(api_token.status, 401, "an API read token is not a write token");
+    let garbage =
+        toolledger_testkit::http_post(addr, "/v1/traces", Some(WRITE_TOKEN), "{\"resourceSpans\": 7}")
+            .unwrap();
+    assert_eq!(garbage.status, 400, "{}", garbage.body);
+    let status: Value = serde_json::from_str(&garbage.body).unwrap();
+    assert_eq!(status["code"], 3, "INVALID_ARGUMENT: {status}");
+
     // The same spans again (same run tag: same trace and span ids): duplicates, no new entry.
     let before = settled(&nats_url);
     let again = run_client("sdk_client.py", "http", &http, "http-1", &[]);
