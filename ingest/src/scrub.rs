@@ -41,7 +41,8 @@
 //!   replaced, because a declaration's input schema names its properties that way too.
 //! - **Shapes inside strings**: every string is searched by the detectors of [`shapes`] (`Bearer`/`Basic`
 //!   credentials, header lines, `NAME=value` assignments and query parameters, quoted `"name": "value"`
-//!   members, URL userinfo, known token prefixes, PEM private keys); only the secret's span is replaced.
+//!   members, `name: value` config lines, URL userinfo, known token prefixes, PEM private keys); only the
+//!   secret's span is replaced.
 //! - **Attributes**: the event's extension attributes other than the ones the ledger reads
 //!   ([`toolledger_wire::decode::CONTRACT_EXTENSIONS`]: `tenant`, `sessionid`, `invocationid`, `toolid`,
 //!   `traceparent`, `tracestate`) are scrubbed like properties (a credential name → the whole value; a
@@ -522,9 +523,7 @@ impl Scrubber {
             return;
         };
         for (name, value) in map.iter_mut() {
-            let extension = !toolledger_wire::event::ATTRIBUTES.contains(&name.as_str())
-                && !toolledger_wire::decode::CONTRACT_EXTENSIONS.contains(&name.as_str())
-                && name != "data";
+            let extension = is_scrubbed_extension(name);
             if !(extension || name == "source") {
                 continue;
             }
@@ -652,6 +651,23 @@ pub fn is_marker(value: &Value) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether the attribute `name` is an extension that scrubbing reads: not a core attribute (`id`,
+/// `type`, `source`, …, `data`) and not one the ledger reads ([`toolledger_wire::decode::CONTRACT_EXTENSIONS`]:
+/// `tenant`, `sessionid`, `invocationid`, `toolid`, `traceparent`, `tracestate`).
+fn is_scrubbed_extension(name: &str) -> bool {
+    !toolledger_wire::event::ATTRIBUTES.contains(&name)
+        && !toolledger_wire::decode::CONTRACT_EXTENSIONS.contains(&name)
+        && name != "data"
+}
+
+/// Whether an event attribute (`apikey`, `authorization`; lowercase, as CloudEvents names are) holds
+/// a credential whole: an extension scrubbing reads, with a credential-shaped name. The rule
+/// [`Scrubber::scrub`] applies to attributes, for where an attribute travels on its own: a binary-mode
+/// `ce-*` header of a quarantined original.
+pub fn is_credential_attribute(name: &str) -> bool {
+    is_scrubbed_extension(name) && shapes::is_credential_name(name)
 }
 
 /// True for header names that carry credentials (case-insensitive).

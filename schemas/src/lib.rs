@@ -15,7 +15,8 @@
 //!   SQLite rows and the exporter's Parquet rows both come from it.
 //! - [`validate`]: the project's JSON Schemas (`schemas/`, embedded) — validates CloudEvents, plain
 //!   `agenttool-event` bodies and bare objects, reporting every violation with its JSON Pointer;
-//!   `validate_stream` reads JSON, JSON arrays or NDJSON for `toolledger validate`.
+//!   `validate_stream` reads JSON, JSON arrays or NDJSON for `toolledger validate` (`validate_stream_with`
+//!   lets it put ingest's own refusals, such as the id grammar, first).
 //! - [`generator`]: seeded, realistic sessions of all 27 classes, with the scenario script's own
 //!   [`generator::Truth`] for tests (never derived from [`state`]).
 #![warn(missing_docs)]
@@ -35,4 +36,6 @@ pub use contract::{
 pub use fold::{Applied, FoldEntry, InvocationFold, InvocationLog};
 pub use model::{UnknownValue, UnknownValues};
 pub use state::{Anomaly, AnomalyKind, EventFacts, EventTime, InvocationState, InvocationTrack, step};
-pub use validate::{EventError, ObjectKind, Report, Violation, validate_event, validate_stream};
+pub use validate::{
+    EventError, ObjectKind, Report, Violation, validate_event, validate_stream, validate_stream_with,
+};

@@ -641,6 +641,14 @@ pub enum Outcome {
         /// The parser's reason.
         reason: String,
     },
+    /// Refused by a rule of the ledger's own that ingest applies before any schema (an id outside
+    /// the id grammar: `bad_id`), as the caller of [`validate_stream_with`] judged it.
+    Refused {
+        /// The quarantine reason ingest files it under (`bad_id`).
+        reason: String,
+        /// What ingest's receipt says: where and which rule, never the value.
+        detail: String,
+    },
 }
 
 /// One document's result in a [`Report`].
@@ -702,6 +710,9 @@ impl fmt::Display for Report {
                     writeln!(f, "{} id={id}: unknown event class `{class}`", doc.at)?
                 }
                 Outcome::Unparseable { reason } => writeln!(f, "{} id={id}: not JSON: {reason}", doc.at)?,
+                Outcome::Refused { reason, detail } => {
+                    writeln!(f, "{} id={id}: refused ({reason}): {detail}", doc.at)?
+                }
             }
         }
         writeln!(
@@ -717,7 +728,28 @@ impl fmt::Display for Report {
 /// Validates a stream of events — structured CloudEvents or plain `agenttool-event` bodies — given as
 /// one JSON document, a JSON array of documents, or NDJSON (one document per line, blank lines skipped). Every document is reported with every
 /// violation. Only a failure to read is an error; bad documents are entries in the report.
-pub fn validate_stream(mut reader: impl Read) -> std::io::Result<Report> {
+pub fn validate_stream(reader: impl Read) -> std::io::Result<Report> {
+    validate_stream_with(reader, |_| None)
+}
+
+/// [`validate_stream`], with `refuse` asked first of every parsed document: an outcome it returns
+/// (an [`Outcome::Refused`]) stands for the document instead of its schema check, as a rule that
+/// ingest applies while decoding stands before its schema check. How `toolledger validate` reports
+/// the id grammar, which lives with the wire formats above this crate.
+pub fn validate_stream_with(
+    mut reader: impl Read,
+    refuse: impl Fn(&Value) -> Option<Outcome>,
+) -> std::io::Result<Report> {
+    // A refused document's id is not repeated: it may be the id refused (a control character
+    // would act on the terminal), as ingest's receipt of a `bad_id` carries none either.
+    let judge = |set: &SchemaSet, at: DocumentAt, value: &Value| match refuse(value) {
+        Some(outcome) => DocumentReport {
+            at,
+            id: None,
+            outcome,
+        },
+        None => check(set, at, value),
+    };
     let mut bytes = Vec::new();
     reader.read_to_end(&mut bytes)?;
     let set = SchemaSet::global();
@@ -725,10 +757,10 @@ pub fn validate_stream(mut reader: impl Read) -> std::io::Result<Report> {
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                report.documents.push(check(set, DocumentAt::Index(i), item));
+                report.documents.push(judge(set, DocumentAt::Index(i), item));
             }
         }
-        Ok(value) => report.documents.push(check(set, DocumentAt::Whole, &value)),
+        Ok(value) => report.documents.push(judge(set, DocumentAt::Whole, &value)),
         Err(whole) => {
             let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
             let non_blank = lines
@@ -755,7 +787,7 @@ pub fn validate_stream(mut reader: impl Read) -> std::io::Result<Report> {
                 }
                 let at = DocumentAt::Line(n + 1);
                 match serde_json::from_slice::<Value>(line) {
-                    Ok(value) => report.documents.push(check(set, at, &value)),
+                    Ok(value) => report.documents.push(judge(set, at, &value)),
                     Err(e) => report.documents.push(DocumentReport {
                         at,
                         id: None,

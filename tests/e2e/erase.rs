@@ -4,13 +4,14 @@
 //! `verify` passes and the other invocation keeps its content. Retention then erases what is past its
 //! maximum age on a clock the test sets.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use serde_json::{Value, json};
 use toolledger_testkit::{ChildProcess, NatsFixture};
 
+use crate::fixture::{files_with, projected, stream_state};
 use crate::toolledger;
 
 const ERASE_ME: &str = "erase-me-7d1c5e";
@@ -53,6 +54,75 @@ fn tool(config: &Path, args: &[&str]) -> (bool, String) {
     (status.success(), format!("{}{}", child.stdout(), child.stderr()))
 }
 
+/// `toolledger erase` of acme's `invocation` for `reason`, with `extra` flags.
+fn erase_invocation(
+    config: &Path,
+    url: &str,
+    invocation: &str,
+    reason: &str,
+    extra: &[&str],
+) -> (bool, String) {
+    let mut args = vec![
+        "erase",
+        "--nats-url",
+        url,
+        "--tenant",
+        "acme",
+        "--invocation",
+        invocation,
+        "--reason",
+        reason,
+    ];
+    args.extend_from_slice(extra);
+    tool(config, &args)
+}
+
+/// `toolledger <name> --nats-url <url>` (a service: `ingest`, `project`) on `config`.
+fn service(config: &Path, url: &str, name: &str) -> ChildProcess {
+    ChildProcess::spawn(
+        toolledger(),
+        [name, "--nats-url", url],
+        &[("TOOLLEDGER_CONFIG", config.to_str().unwrap())],
+    )
+}
+
+/// What each test runs on: a nats-server with the contract `init` makes for acme, the configuration
+/// ingest and the projector run on ([`service`]), and a client of the server.
+struct Running {
+    _nats: NatsFixture,
+    _dir: tempfile::TempDir,
+    config: PathBuf,
+    data: PathBuf,
+    url: String,
+    runtime: tokio::runtime::Runtime,
+    js: jetstream::Context,
+}
+
+impl Running {
+    fn start() -> Self {
+        let nats = NatsFixture::start();
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let url = nats.url();
+        let (ok, out) = tool(&config, &["init", "--nats-url", &url, "--tenant", "acme"]);
+        assert!(ok, "{out}");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let js = runtime.block_on(async { jetstream::new(nats.client().await) });
+        Self {
+            data: dir.path().join("data"),
+            _nats: nats,
+            _dir: dir,
+            config,
+            url,
+            runtime,
+            js,
+        }
+    }
+}
+
 fn event(id: &str, class: &str, invocation: &str, data: Value) -> Value {
     json!({"specversion": "1.0", "id": id, "source": "urn:erase-test", "type": class, "tenant": "acme",
         "subject": invocation, "invocationid": invocation, "sessionid": "sess-erase",
@@ -83,36 +153,8 @@ fn invocation(invocation: &str, marker: &str) -> Vec<Value> {
     ]
 }
 
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_with(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
-    let mut hits = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if std::fs::read(&path)
-                .unwrap()
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
-            {
-                hits.push(path);
-            }
-        }
-    }
-    hits
-}
-
 async fn stream_messages(js: &jetstream::Context, name: &str) -> u64 {
-    js.get_stream(name)
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .state
-        .messages
+    stream_state(js, name).await.messages
 }
 
 /// Waits until the projection's erasures table holds `count` rows.
@@ -139,22 +181,11 @@ fn wait_projected_erasures(data: &Path, count: i64) {
 
 #[test]
 fn erased_content_is_nowhere_yet_the_ledger_verifies_and_retention_follows_the_clock() {
-    let nats = NatsFixture::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
-    let data = dir.path().join("data");
-    let url = nats.url();
-    let (ok, out) = tool(&config, &["init", "--nats-url", &url, "--tenant", "acme"]);
-    assert!(ok, "{out}");
-    let env = [("TOOLLEDGER_CONFIG", config.to_str().unwrap())];
-    let mut ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", url.as_str()], &env);
-    let mut project = ChildProcess::spawn(toolledger(), ["project", "--nats-url", url.as_str()], &env);
-
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let js = runtime.block_on(async { jetstream::new(nats.client().await) });
+    let running = Running::start();
+    let (config, data, url) = (running.config.clone(), running.data.clone(), running.url.clone());
+    let (runtime, js) = (&running.runtime, running.js.clone());
+    let mut ingest = service(&config, &url, "ingest");
+    let mut project = service(&config, &url, "project");
     let mut events = invocation("inv-erase", ERASE_ME);
     events.extend(invocation("inv-keep", KEEP_ME));
     // A rejected copy of the erased invocation's event (no tool_id type): its original is quarantined.
@@ -194,23 +225,14 @@ fn erased_content_is_nowhere_yet_the_ledger_verifies_and_retention_follows_the_c
 
     // Inside the 7-day legal hold: refused, nothing deleted.
     let erase = |extra: &[&str]| {
-        let mut args = vec![
-            "erase",
-            "--nats-url",
+        let by = ["--authority", "DPO ticket 12", "--actor", "dpo"];
+        erase_invocation(
+            &config,
             &url,
-            "--tenant",
-            "acme",
-            "--invocation",
             "inv-erase",
-            "--reason",
             "data-subject request 12",
-            "--authority",
-            "DPO ticket 12",
-            "--actor",
-            "dpo",
-        ];
-        args.extend_from_slice(extra);
-        tool(&config, &args)
+            &[&by[..], extra].concat(),
+        )
     };
     let (ok, out) = erase(&[]);
     assert!(!ok && out.contains("legal hold"), "{out}");
@@ -357,38 +379,13 @@ fn forged_record(id: &str, tenant: &str, blobs: &[String], access: bool) -> Valu
         "subject": id, "time": "2026-05-08T09:00:02Z", "datacontenttype": "application/json", "data": data})
 }
 
-/// The rows of a one-column query over the current projection.
-fn projected(data: &Path, sql: &str) -> Vec<String> {
-    let generation = toolledger_projector::Generations::new(data)
-        .current()
-        .unwrap()
-        .unwrap();
-    let store = toolledger_projector::Store::open_readonly(&generation.database()).unwrap();
-    let mut statement = store.connection().prepare(sql).unwrap();
-    statement
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
-}
-
 #[test]
 fn a_forged_erasure_record_cannot_stop_a_real_erasure_nor_enter_the_projection() {
-    let nats = NatsFixture::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
-    let data = dir.path().join("data");
-    let url = nats.url();
-    let (ok, out) = tool(&config, &["init", "--nats-url", &url, "--tenant", "acme"]);
-    assert!(ok, "{out}");
-    let env = [("TOOLLEDGER_CONFIG", config.to_str().unwrap())];
-    let mut ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", url.as_str()], &env);
-    let mut project = ChildProcess::spawn(toolledger(), ["project", "--nats-url", url.as_str()], &env);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let js = runtime.block_on(async { jetstream::new(nats.client().await) });
+    let running = Running::start();
+    let (config, data, url) = (running.config.clone(), running.data.clone(), running.url.clone());
+    let (runtime, js) = (&running.runtime, running.js.clone());
+    let mut ingest = service(&config, &url, "ingest");
+    let mut project = service(&config, &url, "project");
     let wait_ledger = |ingest: &ChildProcess, count: u64| {
         runtime.block_on(async {
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -455,28 +452,23 @@ fn a_forged_erasure_record_cannot_stop_a_real_erasure_nor_enter_the_projection()
             .unwrap();
         }
     });
-    let mut ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", url.as_str()], &env);
+    let mut ingest = service(&config, &url, "ingest");
     assert_eq!(
         files_with(&data.join("blobs"), FORGED_AWAY).len(),
         3,
         "the records lie: every blob is still there"
     );
 
-    let (ok, out) = tool(
-        &config,
-        &[
-            "erase",
-            "--nats-url",
+    let erase_forged = || {
+        erase_invocation(
+            &config,
             &url,
-            "--tenant",
-            "acme",
-            "--invocation",
             "inv-forged",
-            "--reason",
             "data-subject request 13",
-            "--force",
-        ],
-    );
+            &["--force"],
+        )
+    };
+    let (ok, out) = erase_forged();
     assert!(
         ok && out.contains("3 blobs an earlier erasure record names are still in the blob store")
             && out.contains("erased 3 blobs")
@@ -488,21 +480,7 @@ fn a_forged_erasure_record_cannot_stop_a_real_erasure_nor_enter_the_projection()
         files_with(&data.join("blobs"), FORGED_AWAY),
         Vec::<std::path::PathBuf>::new()
     );
-    let (ok, out) = tool(
-        &config,
-        &[
-            "erase",
-            "--nats-url",
-            &url,
-            "--tenant",
-            "acme",
-            "--invocation",
-            "inv-forged",
-            "--reason",
-            "data-subject request 13",
-            "--force",
-        ],
-    );
+    let (ok, out) = erase_forged();
     assert!(
         ok && out.contains("nothing left to erase"),
         "now it is true: {out}"

@@ -4,16 +4,16 @@
 //! of a removed file. Set `TOOLLEDGER_FAULT_SEED` to replay a run; the seed is printed either way.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use serde_json::Value;
 use toolledger_merkle::{Checkpoint, CompactRange, NoteSigner};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
-use toolledger_testkit::{ChildProcess, NatsFixture, entry_bytes, python};
+use toolledger_testkit::{ChildProcess, NatsFixture, entry_bytes};
 use toolledger_wire::streams::{self, CHECKPOINTS_SUBJECT, ContractSettings};
 
+use crate::fixture::python_json;
 use crate::toolledger;
 
 /// STYLE.md asks for at least 20 kills.
@@ -104,16 +104,7 @@ print(json.dumps({"rows": len(seqs), "distinct": len(set(seqs)), "min": min(seqs
                   "versions": len(versions), "distinct_versions": len(set(versions)),
                   "invocations": len(latest), "invocation_rows": rows}))
 "#;
-    let output = Command::new(python())
-        .args(["-c", script, prefix.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    python_json(script, &[prefix.to_str().unwrap()])
 }
 
 #[test]

@@ -4,13 +4,13 @@
 //! and tool, bundled by the API and by `toolledger bundle`, and shown by `toolledger show`; ids with a
 //! control character or over 1 KiB are quarantined as `bad_id` and refused by the API.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolledger_testkit::ChildProcess;
 
-use crate::query::{ADMIN_TOKEN, after, config_file, request};
+use crate::fixture::{Up, projected};
+use crate::query::{ADMIN_TOKEN, request};
 use crate::toolledger;
 
 /// Every byte but RFC 3986's unreserved characters as `%XX`: how a client puts any id in a URL.
@@ -52,21 +52,6 @@ fn invocation(tag: &str, invocation: &str, session: &str, tool: &str) -> Vec<Val
     ]
 }
 
-/// The rows of a one-column query over the current projection.
-fn projected(data: &Path, sql: &str) -> Vec<String> {
-    let generation = toolledger_projector::Generations::new(data)
-        .current()
-        .unwrap()
-        .unwrap();
-    let store = toolledger_projector::Store::open_readonly(&generation.database()).unwrap();
-    let mut statement = store.connection().prepare(sql).unwrap();
-    statement
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
-}
-
 #[test]
 fn every_id_ingest_takes_is_served_by_the_api_and_the_cli_and_bad_ones_are_refused_with_a_reason() {
     const ODD: &str = "inv a<b>/c%2F d \"q\" 'x' OR '1'='1 会話🦀";
@@ -76,23 +61,11 @@ fn every_id_ingest_takes_is_served_by_the_api_and_the_cli_and_bad_ones_are_refus
     assert_eq!(kib.len(), 1024);
 
     let dir = tempfile::tempdir().unwrap();
-    let config = config_file(dir.path());
     // A checkpoint after every entry, so a bundle can be made as soon as the entries are in.
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("[ledger]\ncheckpoint_every = 1\n");
-    std::fs::write(&config, text).unwrap();
-    let data = dir.path().join("data");
+    let up = Up::start(dir.path(), "[ledger]\ncheckpoint_every = 1\n", &[]);
+    let (api, data, nats_url) = (up.api, up.data.clone(), up.nats_url.clone());
+    let config = up.config.clone();
     let config_arg = config.to_str().unwrap();
-    let mut up = ChildProcess::spawn(toolledger(), ["--config", config_arg, "up"], &[]);
-    assert!(
-        up.wait_for_output("running;", Duration::from_secs(60)),
-        "up did not start\n{}\n{}",
-        up.stdout(),
-        up.stderr()
-    );
-    let stdout = up.stdout();
-    let api: std::net::SocketAddr = after(&stdout, "api at http://", "/").parse().unwrap();
-    let nats_url = format!("nats://{}", after(&stdout, "connected to nats://", ": "));
 
     let mut accepted = invocation("evt <odd>/%", ODD, SESSION, TOOL);
     accepted.extend(invocation("evt-kib", &kib, SESSION, TOOL));
@@ -100,41 +73,10 @@ fn every_id_ingest_takes_is_served_by_the_api_and_the_cli_and_bad_ones_are_refus
         invocation("evt-nul", "inv-with-nul\u{0}", SESSION, TOOL).remove(0),
         invocation("evt-long", &"L".repeat(1025), SESSION, TOOL).remove(0),
     ];
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let ledger_size = runtime.block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(&nats_url).await.unwrap());
-        let events: Vec<Value> = accepted.iter().chain(&refused).cloned().collect();
-        let outgoing = toolledger_wire::produce::prepare_all(&events, toolledger_wire::Mode::Binary).unwrap();
-        let report = toolledger_wire::produce::publish_all(&js, outgoing).await;
-        assert!(report.failed.is_empty(), "{:?}", report.failed);
-        // The accepted events and a receipt per refused one.
-        let want = (accepted.len() + refused.len()) as u64;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut stream = js.get_stream("ATL_LEDGER").await.unwrap();
-            let state = &stream.info().await.unwrap().state;
-            if state.messages >= want {
-                return state.last_sequence;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "ingest stalled");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while toolledger_projector::Generations::new(&data)
-        .current()
-        .unwrap()
-        .map_or(0, |g| {
-            toolledger_projector::Store::open_readonly(&g.database())
-                .unwrap()
-                .position()
-                .unwrap()
-        })
-        < ledger_size
-    {
-        assert!(std::time::Instant::now() < deadline, "the projector stalled");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The accepted events and a receipt per refused one.
+    let events: Vec<Value> = accepted.iter().chain(&refused).cloned().collect();
+    let ledger = up.publish(&events, toolledger_wire::Mode::Binary);
+    assert_eq!(ledger, (accepted.len() + refused.len()) as u64);
 
     // Refused at ingest, each with its machine-readable reason and where, never the value.
     let receipts = projected(
@@ -232,6 +174,5 @@ fn every_id_ingest_takes_is_served_by_the_api_and_the_cli_and_bad_ones_are_refus
     let (ok, out, err) = tool(&["show", "inv-with-nul\u{1}", "--tenant", "acme"]);
     assert!(!ok && err.contains("control character"), "{out}\n{err}");
 
-    let stopped = up.terminate(Duration::from_secs(30)).expect("up stops");
-    assert!(stopped.success(), "{}", up.stderr());
+    up.stop();
 }

@@ -12,6 +12,7 @@ use toolledger_testkit::{ChildProcess, NatsFixture, workspace_root};
 use toolledger_wire::Tenant;
 use toolledger_wire::streams::{self, ContractSettings, Finding};
 
+use crate::fixture::{files, files_with};
 use crate::toolledger;
 
 /// Runs `toolledger ARGS…` with `data_dir`; returns (success, stdout, stderr).
@@ -331,27 +332,10 @@ pub(crate) async fn answered(client: &async_nats::Client, subject: &str, body: &
     client.request(subject.to_owned(), body.into()).await.is_ok()
 }
 
-/// Every file under `dir` whose bytes contain `needle`.
+/// [`files_with`] in a directory that must hold files: an absence in an empty one proves nothing.
 fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
-    let mut hits = Vec::new();
-    let mut files = 0;
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                files += 1;
-                let bytes = std::fs::read(&path).unwrap();
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    hits.push(path);
-                }
-            }
-        }
-    }
-    assert!(files > 0, "no files under {}", dir.display());
-    hits
+    assert!(!files(dir).is_empty(), "no files under {}", dir.display());
+    files_with(dir, needle)
 }
 
 /// The URL that logs in as `user` of the shipped configuration.

@@ -14,6 +14,7 @@ use serde_json::Value;
 use toolledger_schemas::generator::{Generated, GeneratorConfig, generate};
 use toolledger_testkit::{ChildProcess, nats_server_bin, workspace_root};
 
+use crate::fixture::Up;
 use crate::toolledger;
 
 pub(crate) const ADMIN_TOKEN: &str = "admin-token-for-tests-0123456789abcdef";
@@ -200,18 +201,7 @@ pub(crate) struct Loaded {
 
 pub(crate) fn load() -> Loaded {
     let dir = tempfile::tempdir().unwrap();
-    let config = config_file(dir.path());
-    let mut up = ChildProcess::spawn(toolledger(), ["--config", config.to_str().unwrap(), "up"], &[]);
-    assert!(
-        up.wait_for_output("running;", Duration::from_secs(60)),
-        "up did not start\n{}\n{}",
-        up.stdout(),
-        up.stderr()
-    );
-    let stdout = up.stdout();
-    let api: SocketAddr = after(&stdout, "api at http://", "/").parse().unwrap();
-    let nats_url = format!("nats://{}", after(&stdout, "connected to nats://", ": "));
-
+    let up = Up::start(dir.path(), "", &[]);
     let generated = generate(&GeneratorConfig {
         seed: 11,
         sessions: 4,
@@ -220,67 +210,12 @@ pub(crate) fn load() -> Loaded {
         plant_anomalies: true,
         ..GeneratorConfig::default()
     });
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let ledger = runtime.block_on(async {
-        let client = async_nats::connect(&nats_url).await.unwrap();
-        let js = async_nats::jetstream::new(client);
-        let outgoing =
-            toolledger_wire::produce::prepare_all(&generated.events, toolledger_wire::Mode::Binary).unwrap();
-        let report = toolledger_wire::produce::publish_all(&js, outgoing).await;
-        assert!(report.failed.is_empty(), "{:?}", report.failed);
-        // Ingest drains the inbox; then the ledger's size is what the projection must reach.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        loop {
-            let inbound = js
-                .get_stream("ATL_INBOUND")
-                .await
-                .unwrap()
-                .info()
-                .await
-                .unwrap()
-                .state
-                .messages;
-            if inbound == 0 {
-                break;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "ingest stalled");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        js.get_stream("ATL_LEDGER")
-            .await
-            .unwrap()
-            .info()
-            .await
-            .unwrap()
-            .state
-            .last_sequence
-    });
-    let data = dir.path().join("data");
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let position = toolledger_projector::Generations::new(&data)
-            .current()
-            .unwrap()
-            .map_or(0, |g| {
-                toolledger_projector::Store::open_readonly(&g.database())
-                    .unwrap()
-                    .position()
-                    .unwrap()
-            });
-        if position >= ledger {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "projector stalled at {position} of {ledger}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    up.publish(&generated.events, toolledger_wire::Mode::Binary);
     Loaded {
-        up,
-        api,
-        nats_url,
-        config,
+        up: up.child,
+        api: up.api,
+        nats_url: up.nats_url,
+        config: up.config,
         dir,
         generated,
     }

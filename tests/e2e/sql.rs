@@ -9,17 +9,20 @@ use toolledger_testkit::ChildProcess;
 
 use crate::toolledger;
 
-fn query(data: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut all = vec!["query"];
-    all.extend_from_slice(args);
-    let mut child = ChildProcess::spawn(
+/// `toolledger <args>` over the projections in `data`, logging warnings only.
+fn spawn(data: &std::path::Path, args: &[&str]) -> ChildProcess {
+    ChildProcess::spawn(
         toolledger(),
-        all,
+        args,
         &[
             ("TOOLLEDGER_DATA_DIR", data.to_str().unwrap()),
             ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
         ],
-    );
+    )
+}
+
+fn query(data: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut child = spawn(data, &[&["query"], args].concat());
     let status = child
         .wait_timeout(Duration::from_secs(60))
         .expect("query finishes");
@@ -29,24 +32,7 @@ fn query(data: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String)
 #[test]
 fn query_reads_the_tenants_views_and_refuses_the_rest() {
     let data = tempfile::tempdir().unwrap();
-    let generated = generate(&GeneratorConfig {
-        seed: 9,
-        tenants: vec!["acme".to_owned(), "globex".to_owned()],
-        sessions: 2,
-        ..GeneratorConfig::default()
-    });
-    let generation = Generations::new(data.path()).current_or_init().unwrap();
-    let mut store = Store::open(&generation.database(), Default::default()).unwrap();
-    let entries: Vec<RawEntry> = generated
-        .events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| RawEntry {
-            seq: i as u64 + 1,
-            bytes: toolledger_testkit::entry_bytes(e),
-        })
-        .collect();
-    store.apply_batch(&entries).unwrap();
+    let store = projection(data.path(), 9);
     let acme: i64 = store
         .connection()
         .query_row(
@@ -127,10 +113,10 @@ fn query_reads_the_tenants_views_and_refuses_the_rest() {
     assert!(out.contains("[[2]]"), "{out}");
 }
 
-/// A projection of two tenants' generated sessions in `data`'s current generation.
-fn projection(data: &std::path::Path) {
+/// A projection of two tenants' generated sessions (from `seed`) in `data`'s current generation, open.
+fn projection(data: &std::path::Path, seed: u64) -> Store {
     let generated = generate(&GeneratorConfig {
-        seed: 27,
+        seed,
         tenants: vec!["acme".to_owned(), "globex".to_owned()],
         sessions: 2,
         ..GeneratorConfig::default()
@@ -147,19 +133,13 @@ fn projection(data: &std::path::Path) {
         })
         .collect();
     store.apply_batch(&entries).unwrap();
+    store
 }
 
 /// `toolledger serve` over `data` on a free loopback port, tokenless (`--insecure-local`: the
 /// caller is an admin); its address.
 fn serve(data: &std::path::Path) -> (ChildProcess, std::net::SocketAddr) {
-    let mut serve = ChildProcess::spawn(
-        toolledger(),
-        ["serve", "--insecure-local", "--listen", "127.0.0.1:0"],
-        &[
-            ("TOOLLEDGER_DATA_DIR", data.to_str().unwrap()),
-            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
-        ],
-    );
+    let mut serve = spawn(data, &["serve", "--insecure-local", "--listen", "127.0.0.1:0"]);
     assert!(
         serve.wait_for_output("api at http://", Duration::from_secs(30)),
         "serve did not start\n{}\n{}",
@@ -210,7 +190,7 @@ fn sql_running(addr: std::net::SocketAddr) -> i64 {
 #[test]
 fn serve_refuses_oversized_answers_and_its_memory_stays_bounded() {
     let data = tempfile::tempdir().unwrap();
-    projection(data.path());
+    projection(data.path(), 27);
     let (mut serve, addr) = serve(data.path());
     let rows = |n: u32, bytes: u32| {
         format!(
@@ -265,7 +245,7 @@ fn serve_refuses_oversized_answers_and_its_memory_stays_bounded() {
 #[test]
 fn serve_stops_within_5_seconds_of_sigterm_while_statements_run() {
     let data = tempfile::tempdir().unwrap();
-    projection(data.path());
+    projection(data.path(), 27);
     let (mut serve, addr) = serve(data.path());
     let runaway = serde_json::json!({
         "sql": "SELECT instr(printf('%.*c',4000000,'a'), printf('%.*c',400000,'a')||'b')",

@@ -61,3 +61,69 @@ fn demo_data_validates_and_a_broken_event_is_reported_with_its_path() {
     assert!(report.contains("/data/invocation_id"), "{report}");
     assert!(report.contains("/data/tool_id"), "{report}");
 }
+
+/// `validate` applies the id grammar ingest applies before the schemas (`toolledger_wire::id`): an id
+/// with a control character or over 1 KiB, in an attribute, an envelope field or a `data` member
+/// named `*_id`, is reported refused as `bad_id` with the detail ingest's receipt carries, never the
+/// value; an id the grammar takes (spaces, `<`, Unicode) is valid.
+#[test]
+fn validate_refuses_ids_outside_the_grammar_as_ingest_does() {
+    let planned = |id: &str, invocation: &str, request: &str| {
+        serde_json::json!({"specversion": "1.0", "id": id, "source": "urn:validate", "type": "tool.invocation.planned",
+            "tenant": "acme", "subject": invocation, "time": "2026-05-08T09:00:00Z",
+            "data": {"schema_version": "0.2.0", "invocation_id": invocation, "tool_id": "notes.write",
+                "status": "planned", "created_at": "2026-05-08T09:00:00Z", "request_id": request}})
+    };
+    let long = "L".repeat(1025);
+    let mut envelope = serde_json::json!({"event_id": "env-1", "event_type": "tool.invocation.planned",
+        "source": "urn:validate", "time": "2026-05-08T09:00:00Z", "schema_version": "0.2.0",
+        "invocation_id": "inv-with\nnewline",
+        "data": {"schema_version": "0.2.0", "invocation_id": "inv-with\nnewline", "tool_id": "notes.write",
+            "status": "planned", "created_at": "2026-05-08T09:00:00Z"}});
+    envelope["data"]["session_id"] = serde_json::json!("sess-fine");
+    let documents = [
+        planned("evt <odd> 会話", "inv a<b>/c", "req-1"),
+        planned("evt-nul\u{0}", "inv-2", "req-2"),
+        planned("evt-3", "inv-3", &long),
+        envelope,
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ids.ndjson");
+    let lines: Vec<String> = documents.iter().map(|d| d.to_string()).collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+
+    let mut json = run(&["validate", "--json", file.to_str().unwrap()]);
+    assert!(!json.try_status().unwrap().success(), "{}", json.stdout());
+    let report: serde_json::Value = serde_json::from_str(&json.stdout()).unwrap();
+    let outcomes: Vec<&serde_json::Value> = report["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| &d["outcome"])
+        .collect();
+    assert_eq!(outcomes[0]["outcome"], "valid", "{report:#}");
+    let expected = [
+        "bad id at `/id`: control character U+0000 at byte 7",
+        "bad id at `/data/request_id`: 1025 bytes, over the 1024-byte limit for ids",
+        "bad id at `/invocationid`: control character U+000A at byte 8",
+    ];
+    for (outcome, detail) in outcomes[1..].iter().zip(expected) {
+        assert_eq!(outcome["outcome"], "refused", "{report:#}");
+        assert_eq!(outcome["reason"], "bad_id", "{report:#}");
+        assert_eq!(outcome["detail"], detail, "{report:#}");
+    }
+    let printed = json.stdout();
+    assert!(
+        !printed.contains(&long[..64]) && !printed.contains("evt-nul"),
+        "the refused value is not repeated: {printed}"
+    );
+
+    let mut text = run(&["validate", file.to_str().unwrap()]);
+    assert!(!text.try_status().unwrap().success());
+    let out = text.stdout();
+    assert!(
+        out.contains("line 2 id=-: refused (bad_id): bad id at `/id`: control character U+0000"),
+        "{out}"
+    );
+    assert!(out.contains("4 document(s): 1 valid, 3 invalid"), "{out}");
+}

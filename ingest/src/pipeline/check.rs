@@ -53,11 +53,12 @@ pub(crate) fn tenant_of_subject(subject: &str) -> Tenant {
         .map_or_else(|_| Tenant::unroutable(), |s| s.tenant)
 }
 
-/// The rejection for a decode or encode error of an event of `tenant`.
+/// The rejection for a decode or encode error of an event of `tenant`: its detail names where and
+/// the rule, never the value ([`toolledger_wire::Error::quarantine_detail`]).
 pub(crate) fn reject(tenant: &Tenant, error: &toolledger_wire::Error, event_id: Option<String>) -> Rejection {
     Rejection {
         reason: error.quarantine_reason().unwrap_or(QuarantineReason::BadEnvelope),
-        detail: error.to_string(),
+        detail: error.quarantine_detail(),
         tenant: tenant.clone(),
         event_id,
     }
@@ -106,12 +107,17 @@ pub(crate) fn check(original: &Original, received: DateTime<Utc>) -> Result<Chec
         });
     }
     if let Err(error) = toolledger_schemas::validate_event(&json) {
+        // A violation names its pointer and rule; an unknown class's text would repeat the `type`.
+        let (reason, detail) = match error {
+            toolledger_schemas::EventError::UnknownClass(_) => (
+                QuarantineReason::UnknownClass,
+                toolledger_wire::Error::UnknownClass { class: String::new() }.quarantine_detail(),
+            ),
+            other => (QuarantineReason::SchemaViolation, other.to_string()),
+        };
         return Err(Rejection {
-            reason: match error {
-                toolledger_schemas::EventError::UnknownClass(_) => QuarantineReason::UnknownClass,
-                _ => QuarantineReason::SchemaViolation,
-            },
-            detail: error.to_string(),
+            reason,
+            detail,
             tenant,
             event_id: Some(event_id),
         });

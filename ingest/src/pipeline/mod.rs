@@ -8,7 +8,8 @@
 //!            ─▶ dedupe (inbound order: a batch can hold an identity twice)
 //!            ─▶ Verdict: Append | Duplicate | Reject
 //! Append without bytes ─▶ offload: producer uploads in, large and erasable fields out ─▶ entry bytes
-//! Reject ─▶ reject::scrubbed_original (what quarantine keeps) + seal::own_entry (the receipt)
+//! Reject ─▶ reject::scrubbed_rejection + reject::scrubbed_original (what quarantine keeps)
+//!          + seal::own_entry (the receipt)
 //! ```
 //!
 //! The event is parsed once (`decode`) and then moved, never copied: the stages that work on JSON

@@ -7,6 +7,12 @@
 //! headers ─▶ credential-shaped name ─▶ marker;  any other value ─▶ pattern-scrubbed
 //! raw header block (poison) ─▶ line by line: credential-shaped name ─▶ marker, else pattern-scrubbed
 //! ```
+//!
+//! A binary-mode event's `ce-*` headers are its attributes, and are judged as the attributes of an
+//! accepted event are ([`is_credential_attribute`]): `ce-apikey` and `ce-authorization` go whole,
+//! while `ce-sessionid`, `ce-invocationid` and the other attributes the ledger reads stay (the header
+//! rule alone, which takes any name with `session`, `auth` or `token` whole, lost a quarantined event's
+//! session id).
 
 use std::borrow::Cow;
 use std::sync::{Mutex, PoisonError};
@@ -17,8 +23,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use toolledger_ledger::quarantine::{BODY_DIGEST, BODY_SIZE};
 
-use crate::quarantine::Original;
-use crate::scrub::{SCRUBBED_KEY, Scrubber, is_credential_header};
+use crate::quarantine::{Original, Rejection};
+use crate::scrub::{SCRUBBED_KEY, Scrubber, is_credential_attribute, is_credential_header};
 
 /// The original as quarantine may keep it: an I-JSON body scrubbed like an accepted event would be;
 /// any other body reduced to its pattern-scrubbed text with the original's digest and size; header
@@ -51,7 +57,7 @@ pub(crate) fn scrubbed_original(original: &Original, scrubber: &Mutex<Scrubber>)
             if name_text.eq_ignore_ascii_case(BODY_DIGEST) || name_text.eq_ignore_ascii_case(BODY_SIZE) {
                 continue;
             }
-            let credential = is_credential_header(name_text);
+            let credential = replaced_whole(name_text);
             for value in values {
                 let text = value.as_str();
                 let scrubbed = if credential {
@@ -82,6 +88,28 @@ pub(crate) fn scrubbed_original(original: &Original, scrubber: &Mutex<Scrubber>)
     copy
 }
 
+/// The rejection as quarantine and the ledger's receipt keep it: its detail pattern-scrubbed. A
+/// detail names pointers and rules, never values, but a pointer is made of the producer's own object
+/// keys, and a key can hold a secret's shape as well as a value can.
+pub(crate) fn scrubbed_rejection(mut rejection: Rejection, scrubber: &Mutex<Scrubber>) -> Rejection {
+    let scrubber = scrubber.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Cow::Owned(detail) = scrubber.scrub_text(&rejection.detail) {
+        rejection.detail = detail;
+    }
+    rejection
+}
+
+/// Whether a header of a quarantined original is replaced whole by its marker: a `ce-*` header by the
+/// attribute rule, any other by the header rule.
+fn replaced_whole(name: &str) -> bool {
+    match name.get(..3) {
+        Some(prefix) if prefix.eq_ignore_ascii_case("ce-") => {
+            is_credential_attribute(&name[3..].to_ascii_lowercase())
+        }
+        _ => is_credential_header(name),
+    }
+}
+
 /// The marker a header value gets whole: the value of its `{"$scrubbed": …}` marker.
 fn whole_marker(scrubber: &Scrubber, value: &str) -> String {
     scrubber.marker(&Value::String(value.to_owned()))[SCRUBBED_KEY]
@@ -101,7 +129,7 @@ fn scrub_raw_headers(raw: &[u8], scrubber: &Scrubber) -> Vec<u8> {
                 .map(|n| (colon, n.trim()))
         });
         match name {
-            Some((colon, name)) if is_credential_header(name) => {
+            Some((colon, name)) if replaced_whole(name) => {
                 let end = line.len() - line.iter().rev().take_while(|b| b"\r\n".contains(b)).count();
                 let value = String::from_utf8_lossy(&line[colon + 1..end]);
                 out.extend_from_slice(&line[..=colon]);
@@ -146,4 +174,82 @@ fn scrub_payload(mut json: Value, headers: Option<&HeaderMap>, scrubber: &Scrubb
         return None;
     }
     event.get_mut("data").map(Value::take)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scrub::{ScrubConfig, ScrubKey};
+
+    fn scrubber() -> Mutex<Scrubber> {
+        Mutex::new(Scrubber::new(
+            ScrubKey::from_bytes([7; 32]),
+            &ScrubConfig::default(),
+        ))
+    }
+
+    fn original(headers: &[(&str, &str)], payload: &[u8]) -> Original {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(*name, *value);
+        }
+        Original {
+            subject: "atl.in.acme.tool.invocation.planned".to_owned(),
+            headers: Some(map),
+            raw_headers: None,
+            payload: payload.to_vec().into(),
+            inbound_seq: 1,
+            published: chrono::DateTime::UNIX_EPOCH,
+        }
+    }
+
+    fn header<'a>(original: &'a Original, name: &str) -> Option<&'a str> {
+        original
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(HeaderValue::as_str)
+    }
+
+    #[test]
+    fn a_binary_events_attribute_headers_keep_its_ids_and_lose_its_credentials() {
+        let kept_as_sent = [
+            ("ce-specversion", "1.0"),
+            ("ce-id", "ev-1"),
+            ("ce-type", "tool.invocation.planned"),
+            ("ce-tenant", "acme"),
+            ("ce-sessionid", "sess-42"),
+            ("ce-invocationid", "inv-42"),
+            ("ce-toolid", "shell.run"),
+            (
+                "ce-traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+            ("ce-partitionkey", "user-42"),
+            ("content-type", "application/json"),
+        ];
+        let credentials = [
+            ("ce-apikey", "apikey-0123456789abcdef"),
+            ("ce-authorization", "Bearer hdrTok3n-0123456789"),
+            ("x-session-token", "plainHeaderTok3n"),
+        ];
+        let source = [("ce-source", "https://bot:s3cretPass@ci.example.com")];
+        let sent = original(
+            &[&kept_as_sent[..], &credentials[..], &source[..]].concat(),
+            br#"{"status": 7}"#,
+        );
+        let kept = scrubbed_original(&sent, &scrubber());
+        for (name, value) in kept_as_sent {
+            assert_eq!(header(&kept, name), Some(value), "{name}");
+        }
+        for (name, _) in credentials {
+            let value = header(&kept, name).unwrap_or_default();
+            assert!(value.starts_with("hmac-sha256:"), "{name}: {value}");
+        }
+        let source = header(&kept, "ce-source").unwrap_or_default();
+        assert!(
+            source.starts_with("https://[scrubbed:hmac-sha256:") && source.ends_with("@ci.example.com"),
+            "{source}"
+        );
+    }
 }

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! text ─▶ one pass over its bytes for the anchors ─┬─ ' ' / tab ─▶ auth scheme (`Bearer`, `Basic`)
-//!                                                  ├─ ':' ─▶ header line, quoted member, URL userinfo
+//!                                                  ├─ ':' ─▶ header line, quoted member, URL userinfo,
+//!                                                  │         config line
 //!                                                  └─ '=' ─▶ assignment
 //!      ─▶ regexes with literal prefixes (known token prefixes, PEM private keys)
 //!      ─▶ byte range of each secret alone ─▶ ranges merged, ranges over existing markers dropped
@@ -18,7 +19,8 @@
 //! The checks behind each anchor are what keep ordinary text intact: a `Bearer` followed by a word is
 //! prose, not a token (a token has a digit, or is long and mixed-case); `Basic` needs base64 of
 //! `user:password`; `NAME=value` needs a credential-shaped name ([`is_credential_name`]), not
-//! `max_tokens` or `page_token`; a URL's userinfo needs a password (`git@` is a user name).
+//! `max_tokens` or `page_token`; a URL's userinfo needs a password (`git@` is a user name); a
+//! `name: value` line needs the name at the line's start and one word after it (prose has more).
 //!
 //! The anchored detectors are written by hand rather than as regexes: every string of every event
 //! goes through them, and a regex without a literal to look for first (`[a-z_]*token=…`) runs its
@@ -47,6 +49,9 @@ pub enum Shape {
     QuotedMember,
     /// The userinfo of `scheme://user:password@host`.
     UrlUserinfo,
+    /// `name: value` starting a line, with a credential-shaped name: YAML, an ini or `.properties`
+    /// file, a `.env`-style listing printed into a result.
+    ConfigLine,
     /// A token whose prefix says what it is (GitHub, GitLab, Slack, OpenAI, Anthropic, AWS, Google).
     KnownPrefix,
     /// A PEM private key block.
@@ -138,6 +143,8 @@ pub fn scan(text: &str) -> Scan {
                     (Shape::QuotedMember, range)
                 } else if let Some(range) = url_userinfo(text, at) {
                     (Shape::UrlUserinfo, range)
+                } else if let Some(range) = config_line(text, at) {
+                    (Shape::ConfigLine, range)
                 } else {
                     continue;
                 }
@@ -457,6 +464,80 @@ fn url_userinfo(text: &str, colon: usize) -> Option<Range<usize>> {
     secret.then_some(start..end)
 }
 
+/// At the colon of `name: value` that starts a line (after indentation, or a YAML list item's `- `)
+/// → the value, when the name is credential-shaped and the value is one word or quoted: `password:
+/// hunter2` in YAML, `secret: …` in an ini file. Prose says more after its colon (`Password: at least
+/// 12 characters`), and in prose the name rarely starts the line (`the password: …`), which is what
+/// keeps it; YAML's `null`, `~`, booleans, block scalars (`|`, `>`), anchors and aliases are no secret.
+///
+/// The text may be JSON text (a quarantined body that did not parse), where a string's line breaks
+/// are the escapes `\n` and `\r` and the string ends at a closing quote: both end and start a line
+/// too.
+fn config_line(text: &str, colon: usize) -> Option<Range<usize>> {
+    let bytes = text.as_bytes();
+    // YAML needs a blank after the colon: `name:value` is a scheme, a time or a `user:password`.
+    if !bytes.get(colon + 1).copied().is_some_and(is_blank) {
+        return None;
+    }
+    let name_start = run_start(bytes, colon, is_name_byte);
+    if name_start == colon || !starts_line(bytes, name_start) {
+        return None;
+    }
+    if !is_credential_name(&text[name_start..colon]) {
+        return None;
+    }
+    let start = run_end(bytes, colon + 1, is_blank);
+    let value = match bytes.get(start) {
+        Some(b'"' | b'\'') => quoted(bytes, start)?,
+        Some(_) => {
+            let line_end = (start..bytes.len())
+                .find(|at| ends_line(bytes, *at))
+                .unwrap_or(bytes.len());
+            let line = &text[start..line_end];
+            // A YAML or ini comment after the value is not part of it.
+            let line = line.find(" #").map_or(line, |i| &line[..i]).trim_end();
+            if line.contains(char::is_whitespace) {
+                return None;
+            }
+            start..start + line.len()
+        }
+        None => return None,
+    };
+    let word = &text[value.clone()];
+    let yaml_scalar = ["null", "~", "true", "false", "none"]
+        .iter()
+        .any(|s| word.eq_ignore_ascii_case(s));
+    let yaml_syntax = word.starts_with(['|', '>', '&', '*', '!', '[', '#']);
+    (!(yaml_scalar || yaml_syntax || is_placeholder(word))).then_some(value)
+}
+
+/// Whether only indentation (and a YAML list item's `- `) stands between `at` and the start of its
+/// line: the text's start, a line break, an escaped one (`\n`, `\r` in JSON text), or the opening
+/// quote of a JSON string.
+fn starts_line(bytes: &[u8], at: usize) -> bool {
+    let mut start = at - bytes[..at].iter().rev().take_while(|b| is_blank(**b)).count();
+    if start > 0 && start < at && bytes[start - 1] == b'-' {
+        start -= 1;
+        start -= bytes[..start].iter().rev().take_while(|b| is_blank(**b)).count();
+    }
+    let before = &bytes[..start];
+    before.is_empty()
+        || matches!(before.last(), Some(b'\n' | b'\r' | b'"'))
+        || before.ends_with(b"\\n")
+        || before.ends_with(b"\\r")
+}
+
+/// Whether the line a config value is on ends at `at`: a line break, an escaped one, or a quote that
+/// closes a JSON string (followed by `,`, `}`, `]`, `:` or the end).
+fn ends_line(bytes: &[u8], at: usize) -> bool {
+    match bytes[at] {
+        b'\n' | b'\r' => true,
+        b'\\' => matches!(bytes.get(at + 1), Some(b'n' | b'r')),
+        b'"' => matches!(bytes.get(at + 1), None | Some(b',' | b'}' | b']' | b':')),
+        _ => false,
+    }
+}
+
 /// True for names of values that are credentials whole, however the name is written:
 /// `password`, `db_password`, `OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`, `clientSecret`, `GITHUB_TOKEN`,
 /// `x-api-key`, `authorization`, `cookie`, `credentials`. Not `max_tokens`, `token_count`,
@@ -612,6 +693,29 @@ mod tests {
             shapes("token ghp_0123456789abcdefghijABCDEFGHIJklmnop in the log"),
             vec![(Shape::KnownPrefix, "ghp_0123456789abcdefghijABCDEFGHIJklmnop")]
         );
+        assert_eq!(
+            shapes("db:\n  host: db.internal\n  password: hunter2\n  port: 5432"),
+            vec![(Shape::ConfigLine, "hunter2")]
+        );
+        assert_eq!(
+            shapes("[client]\nSecret: s3cr3t-Value # rotated monthly\r\nuser: ci"),
+            vec![(Shape::ConfigLine, "s3cr3t-Value")]
+        );
+        assert_eq!(
+            shapes("tokens:\n  - token: 'tok en'\napi_key: \"k-123\""),
+            vec![(Shape::ConfigLine, "tok en"), (Shape::ConfigLine, "k-123")]
+        );
+        assert_eq!(shapes("password: hunter2"), vec![(Shape::ConfigLine, "hunter2")]);
+        // The same in JSON text, where a string's line breaks are escapes.
+        assert_eq!(
+            shapes(
+                r#"{"config":"db:\n  password: yamlPassw0rd-42\n  port: 5432","x":"- token: t0k3n-value"}"#
+            ),
+            vec![
+                (Shape::ConfigLine, "yamlPassw0rd-42"),
+                (Shape::ConfigLine, "t0k3n-value")
+            ]
+        );
         let pem = "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----\n";
         assert_eq!(
             shapes(pem),
@@ -639,6 +743,15 @@ mod tests {
             "if token == expected: return",
             "Authorization: required for every call",
             "Password: at least 12 characters",
+            "the password field is required",
+            "note: the password is rotated daily",
+            "password:\n  min_length: 12",
+            "password: null\ntoken: ~\nsecret: true\napi_key: ''",
+            "password: |\n  multi",
+            "max_tokens: 1024\npage_token: abc123\nsort_key: name",
+            "see the secret: it is in the vault",
+            "token: $GITHUB_TOKEN\npassword: <password>\nsecret: ***",
+            "at 09:00: token: rotated",
         ] {
             assert_eq!(shapes(text), vec![], "{text}");
         }

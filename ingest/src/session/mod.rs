@@ -1060,6 +1060,7 @@ impl Back {
                 Verdict::Append(_) => {}
                 Verdict::Duplicate => duplicates += 1,
                 Verdict::Reject(rejection) => {
+                    let rejection = pipeline::reject::scrubbed_rejection(rejection, &self.stages.scrubber);
                     let kept = pipeline::reject::scrubbed_original(original, &self.stages.scrubber);
                     let quarantined = quarantine::publish(&self.js, &kept, &rejection).await?;
                     metrics.quarantined(rejection.reason);

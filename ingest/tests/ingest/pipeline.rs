@@ -429,6 +429,22 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
         "\"data\":{\"n\":9007199254740993,",
         1,
     );
+    // Secrets where a rejection's text would quote them: the receipt names the rule only.
+    let mut secret_type = planned.clone();
+    secret_type["type"] = json!("Bearer SECRETtype-0123456789abcdef");
+    let mut secret_tenant = planned.clone();
+    secret_tenant["tenant"] = json!("Bearer SECRETtenant-0123456789abcdef");
+    let mut secret_content_type = planned.clone();
+    secret_content_type["datacontenttype"] = json!("text/plain; token=SECRETctype-0123456789abcdef");
+    let secret_number = String::from_utf8(body.clone()).unwrap().replacen(
+        "\"data\":{",
+        "\"data\":{\"pin\":4111111111111111123,",
+        1,
+    );
+    // A key is part of a pointer: a detail naming it is pattern-scrubbed.
+    let mut secret_key = planned.clone();
+    secret_key["data"]["model_input"] =
+        json!({"export GITHUB_TOKEN=ghp_SECRETkey0123456789abcdefghijABCDEFGHIJ": {"$scrubbed": "x"}});
 
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (subject, truncated.to_vec(), "bad_envelope"),
@@ -457,6 +473,19 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
         ("atl.in.acme.tool.declared", duplicate_keys.to_vec(), "not_ijson"),
         (subject, big_integer.into_bytes(), "not_ijson"),
         (subject, vec![0xff, 0xfe, 0x00], "bad_envelope"),
+        (subject, structured(&secret_type), "unknown_class"),
+        (subject, structured(&secret_tenant), "tenant_mismatch"),
+        (subject, structured(&secret_content_type), "bad_envelope"),
+        (subject, secret_number.into_bytes(), "not_ijson"),
+        (subject, structured(&secret_key), "reserved_marker"),
+    ];
+    let secrets = [
+        "SECRETvalue",
+        "SECRETtype",
+        "SECRETtenant",
+        "SECRETctype",
+        "4111111111111111123",
+        "SECRETkey",
     ];
     for (subject, body, _) in &cases {
         publish_raw(&js, subject, &ce, body).await;
@@ -514,15 +543,40 @@ async fn a_malformed_corpus_is_quarantined_with_reasons_and_receipts_and_ingest_
     );
     for entry in &stored {
         let text = String::from_utf8(entry.canonical_bytes().unwrap()).unwrap();
-        assert!(
-            !text.contains("SECRETvalue"),
-            "a rejected value reached the ledger: {text}"
-        );
+        for secret in secrets {
+            assert!(
+                !text.contains(secret),
+                "a rejected value reached the ledger: {text}"
+            );
+        }
+    }
+    // Nor the quarantine's detail header (the original, value and all, is the quarantine's to keep).
+    let records = toolledger_ledger::quarantine::list(&js, None, None, 100)
+        .await
+        .unwrap();
+    assert_eq!(records.len(), cases.len());
+    for record in &records {
+        for secret in secrets {
+            assert!(!record.detail.contains(secret), "{}", record.detail);
+        }
     }
     let marker_receipt = stored
         .iter()
         .find(|e| receipt_data(e)["reason"] == "reserved_marker")
         .unwrap();
+    let key_receipt = stored
+        .iter()
+        .filter(|e| receipt_data(e)["reason"] == "reserved_marker")
+        .nth(1)
+        .unwrap();
+    assert!(
+        receipt_data(key_receipt)["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("/data/model_input/export GITHUB_TOKEN=[scrubbed:hmac-sha256:"),
+        "{}",
+        receipt_data(key_receipt)
+    );
     assert!(
         receipt_data(marker_receipt)["detail"]
             .as_str()

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 use toolledger_ingest::scrub::{ScrubConfig, ScrubKey, Scrubber, is_marker};
 use toolledger_schemas::generator::{GeneratorConfig, SECRET_MARKER, generate};
+use toolledger_testkit::secrets::{SHAPES_SCRUBBED_PATHS, SecretShapes, ordinary_event, shapes_event};
 
 fn scrubber(config: &ScrubConfig) -> Scrubber {
     Scrubber::new(ScrubKey::from_bytes([7; 32]), config)
@@ -316,95 +317,13 @@ proptest! {
     }
 }
 
-/// The secret shapes of issue 28, each as a producer would send it, and the secret alone.
-struct Shapes {
-    event: Value,
-    secrets: Vec<&'static str>,
-}
-
-/// Every secret shape of issue 28 in one `tool.invocation.planned` event (and its result text), with
-/// ordinary text beside each.
-fn issue_28_event() -> Shapes {
-    let event = json!({"specversion": "1.0", "id": "ev-shapes", "type": "tool.invocation.planned",
-        "source": "https://ci-bot:s0urcePassw0rd@ci.example.com/jobs/42", "tenant": "acme",
-        "subject": "inv-9", "invocationid": "inv-9", "toolid": "shell.run",
-        "authorization": "Bearer extTok3n-ABCDEF0123456789", "apikey": "apikey-0123456789abcdef",
-        "partitionkey": "user-42",
-        "data": {"schema_version": "0.2.0", "invocation_id": "inv-9", "tool_id": "shell.run",
-            "status": "planned", "created_at": "2026-05-08T09:00:00Z",
-            "model_input": {
-                "url": "https://api.example.com/v1/items?limit=10&api_key=qK3yAPIsecret99&sort=asc",
-                "command": "curl -sS -H 'Authorization: Bearer curlTok3n0123456789' https://billing.example.com/v1/refunds",
-                "deploy": "API_KEY=dep1oyKEYvalue77 ./deploy.sh --prod",
-                "env": {"OPENAI_API_KEY": "sk-proj-0penAIkey0123456789abcdef",
-                    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "RUST_LOG": "info"},
-                "login": {"user": "ann", "password": "hunter2-undeclared"},
-                "requestHeaders": {"Authorization": "Basic Y2ktYm90OmJhc2ljUGFzczEyMw==",
-                    "Accept": "application/json"},
-                "log": "setting up\nexport GITHUB_TOKEN=ghp_0123456789abcdefghijABCDEFGHIJklmnop\ndone"}}});
-    Shapes {
-        event,
-        secrets: vec![
-            "s0urcePassw0rd",
-            "extTok3n-ABCDEF0123456789",
-            "apikey-0123456789abcdef",
-            "qK3yAPIsecret99",
-            "curlTok3n0123456789",
-            "dep1oyKEYvalue77",
-            "sk-proj-0penAIkey0123456789abcdef",
-            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-            "hunter2-undeclared",
-            "Y2ktYm90OmJhc2ljUGFzczEyMw==",
-            "ghp_0123456789abcdefghijABCDEFGHIJklmnop",
-        ],
-    }
-}
-
-/// Ordinary text that names credentials without holding one, in every place a shape could be.
-fn ordinary_event() -> Value {
-    json!({"specversion": "1.0", "id": "ev-ordinary", "type": "tool.invocation.planned",
-        "source": "https://ci.example.com/jobs/42", "tenant": "acme", "subject": "inv-8",
-        "invocationid": "inv-8", "toolid": "shell.run", "partitionkey": "user-42", "region": "eu",
-        "data": {"schema_version": "0.2.0", "invocation_id": "inv-8", "tool_id": "shell.run",
-            "status": "planned", "created_at": "2026-05-08T09:00:00Z",
-            "model_input": {
-                "prose": "Rotate the token before it expires; the password policy needs 12 characters.",
-                "bearer": "The Bearer scheme is in RFC 6750; Bearer tokens are opaque to clients.",
-                "basic": "Basic usage: call the tool with a path",
-                "docs": "See https://docs.example.com/guide?section=auth&page=2 for details",
-                "pairs": "region=eu-west-1 mode=fast max_tokens=512 key=value page_token=abc123",
-                "sha": "commit 3f786850e387550fdab836ed7e6dc881de23001b",
-                "uuid": "123e4567-e89b-12d3-a456-426614174000",
-                "image": "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
-                "dsn": "postgres://analytics@replica:5432/shop",
-                "clone": "git clone ssh://git@github.com/acme/widgets.git",
-                "env_ref": "API_KEY=$API_KEY ./deploy.sh",
-                "max_tokens": 1024, "token_count": 37, "has_password": true, "password_hint": "",
-                "schema": {"properties": {"api_key": {"type": "string"}, "password": {"type": "string"}}}}}})
-}
-
 #[test]
 fn every_issue_28_shape_is_scrubbed_and_only_the_secret_goes() {
-    let Shapes { event, secrets } = issue_28_event();
+    let SecretShapes { event, secrets } = shapes_event();
     let scrubber = scrubber(&ScrubConfig::default());
     let mut scrubbed = event.clone();
     let paths = scrubber.scrub_only(&mut scrubbed);
-    assert_eq!(
-        paths,
-        vec![
-            "/apikey",
-            "/authorization",
-            "/data/model_input/command",
-            "/data/model_input/deploy",
-            "/data/model_input/env/AWS_SECRET_ACCESS_KEY",
-            "/data/model_input/env/OPENAI_API_KEY",
-            "/data/model_input/log",
-            "/data/model_input/login/password",
-            "/data/model_input/requestHeaders/Authorization",
-            "/data/model_input/url",
-            "/source",
-        ]
-    );
+    assert_eq!(paths, SHAPES_SCRUBBED_PATHS);
     let text = serde_json::to_string(&scrubbed).unwrap();
     for secret in &secrets {
         assert!(!text.contains(secret), "{secret} survived: {text}");
@@ -446,6 +365,13 @@ fn every_issue_28_shape_is_scrubbed_and_only_the_secret_goes() {
             scrubber.text_marker("ghp_0123456789abcdefghijABCDEFGHIJklmnop")
         )
     );
+    assert_eq!(
+        input["config"],
+        format!(
+            "db:\n  host: db.internal\n  password: {}\n  port: 5432",
+            scrubber.text_marker("yamlPassw0rd-42")
+        )
+    );
     // Values under credential names and headers go whole; their neighbours stay.
     assert!(is_marker(&input["env"]["OPENAI_API_KEY"]));
     assert_eq!(input["env"]["RUST_LOG"], "info");
@@ -470,7 +396,15 @@ fn every_issue_28_shape_is_scrubbed_and_only_the_secret_goes() {
         scrubber.text_marker("apikey-0123456789abcdef")
     );
     assert_eq!(scrubbed["partitionkey"], "user-42");
-    for kept in ["tenant", "invocationid", "toolid", "subject", "id", "type"] {
+    for kept in [
+        "tenant",
+        "invocationid",
+        "toolid",
+        "sessionid",
+        "subject",
+        "id",
+        "type",
+    ] {
         assert_eq!(scrubbed[kept], event[kept], "{kept}");
     }
     // The scrubbed event is still a CloudEvent.
@@ -560,7 +494,7 @@ async fn issue_28_secrets_reach_neither_the_ledger_nor_quarantine() {
     let dir = tempfile::tempdir().unwrap();
     let ingest = Running::start(&nats, dir.path());
 
-    let Shapes { event, mut secrets } = issue_28_event();
+    let SecretShapes { event, mut secrets } = shapes_event();
     let mut binary = event.clone();
     binary["id"] = json!("ev-shapes-binary");
     let ordinary = ordinary_event();
@@ -606,22 +540,9 @@ async fn issue_28_secrets_reach_neither_the_ledger_nor_quarantine() {
             .find(|e| e.event.id() == id)
             .unwrap_or_else(|| panic!("{id} is in the ledger"))
     };
-    let expected_paths = [
-        "/apikey",
-        "/authorization",
-        "/data/model_input/command",
-        "/data/model_input/deploy",
-        "/data/model_input/env/AWS_SECRET_ACCESS_KEY",
-        "/data/model_input/env/OPENAI_API_KEY",
-        "/data/model_input/log",
-        "/data/model_input/login/password",
-        "/data/model_input/requestHeaders/Authorization",
-        "/data/model_input/url",
-        "/source",
-    ];
     for id in ["ev-shapes", "ev-shapes-binary"] {
         let stored = entry(id);
-        assert_eq!(stored.ledger.scrubbed_paths, expected_paths, "{id}");
+        assert_eq!(stored.ledger.scrubbed_paths, SHAPES_SCRUBBED_PATHS, "{id}");
         let json = stored.event_json();
         assert!(
             json["data"]["model_input"]["command"]
@@ -656,6 +577,31 @@ async fn issue_28_secrets_reach_neither_the_ledger_nor_quarantine() {
             assert!(!text.contains(secret), "{secret} reached quarantine: {text}");
         }
     }
+    // A binary event's attribute headers keep the ids the ledger reads; credential-named ones go.
+    let header = |record: &quarantine::QuarantineRecord, name: &str| {
+        record
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let binary_violation = records
+        .iter()
+        .find(|r| header(r, "ce-id").as_deref() == Some("ev-violation-binary"))
+        .expect("the binary violation is quarantined");
+    assert_eq!(
+        header(binary_violation, "ce-sessionid").as_deref(),
+        Some("sess-9")
+    );
+    assert_eq!(
+        header(binary_violation, "ce-invocationid").as_deref(),
+        Some("inv-9")
+    );
+    assert!(
+        header(binary_violation, "ce-apikey").is_some_and(|v| v.starts_with("hmac-sha256:")),
+        "{:?}",
+        binary_violation.headers
+    );
     // Bodies that are not I-JSON keep their digest and size, and their text less the secrets.
     let reduced: Vec<_> = records.iter().filter(|r| r.original_digest.is_some()).collect();
     assert_eq!(reduced.len(), 2);
@@ -703,6 +649,7 @@ fn arb_text() -> impl Strategy<Value = String> {
         Just("Cookie: a=b".to_owned()),
         Just("API_KEY=".to_owned()),
         Just("password = \"".to_owned()),
+        Just("\n  password: ".to_owned()),
         Just("\"token\": '".to_owned()),
         Just("https://u:".to_owned()),
         Just("@host/".to_owned()),

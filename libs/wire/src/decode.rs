@@ -146,14 +146,14 @@ pub fn decode(
 fn binary_event(message: NatsMessage<'_>) -> Result<Event> {
     let payload = message.payload();
     let mut event = message.into_binary_event()?;
-    if let Some(content_type) = event
+    if event
         .datacontenttype
         .as_deref()
-        .filter(|ct| !is_json_content_type(ct))
+        .is_some_and(|ct| !is_json_content_type(ct))
     {
         return Err(Error::bad_envelope(
             "datacontenttype",
-            format!("`{content_type}`: data must be JSON"),
+            "must name JSON (`application/json`, `text/json` or `…+json`): data must be JSON",
         ));
     }
     if !payload.is_empty() {

@@ -224,6 +224,34 @@ impl Error {
         })
     }
 
+    /// What a quarantine receipt says of this rejection: where, and the rule the message broke, never
+    /// a value the producer sent. The receipt goes into the immutable ledger and the value may be a
+    /// secret (a `type`, a `tenant` extension or a number can hold one as well as any field); the
+    /// original, value and all, is in ATL_QUARANTINE, which can be purged. [`fmt::Display`] keeps
+    /// the values, for tools that check a producer's own file.
+    pub fn quarantine_detail(&self) -> String {
+        match self {
+            Self::UnknownClass { .. } => {
+                "unknown event class: `type` names no class of the spec or of the ledger".to_owned()
+            }
+            Self::UnsafeTenant { reason, .. } => format!("unsafe tenant in the subject: {reason}"),
+            Self::TenantMismatch { subject, .. } => {
+                format!("the tenant extension differs from the subject's tenant `{subject}`")
+            }
+            Self::NotIJson { problem, path } => {
+                let rule = match problem {
+                    JsonProblem::IntegerOutOfRange { .. } => "an integer beyond ±(2^53−1)".to_owned(),
+                    JsonProblem::NumberOverflow { .. } => "a number that overflows a double".to_owned(),
+                    other => other.to_string(),
+                };
+                format!("not I-JSON at `{path}`: {rule}")
+            }
+            // Envelope reasons name the attribute and the rule only; ids and schema violations
+            // name their pointer.
+            other => other.to_string(),
+        }
+    }
+
     pub(crate) fn bad_envelope(attribute: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::BadEnvelope {
             attribute: attribute.into(),
@@ -245,6 +273,76 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quarantine_detail_never_repeats_what_the_producer_sent() {
+        let secret = "Bearer sk-live-0123456789abcdef";
+        let event = |mutate: &dyn Fn(&mut serde_json::Value)| {
+            let mut event = serde_json::json!({"specversion": "1.0", "id": "e1", "source": "s",
+                "type": "tool.declared", "tenant": "acme", "data": {}});
+            mutate(&mut event);
+            serde_json::to_vec(&event).unwrap()
+        };
+        let headers = |pairs: &[(&str, &str)]| {
+            let mut map = async_nats::HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, *value);
+            }
+            map
+        };
+        let structured = headers(&[("content-type", "application/cloudevents+json")]);
+        let encoded = "Bearer%20sk-live-0123456789abcdef";
+        let cases: Vec<(Option<async_nats::HeaderMap>, Vec<u8>)> = vec![
+            (Some(structured.clone()), event(&|e| e["type"] = secret.into())),
+            (Some(structured.clone()), event(&|e| e["tenant"] = secret.into())),
+            (
+                Some(structured.clone()),
+                event(&|e| e["specversion"] = secret.into()),
+            ),
+            (
+                Some(structured.clone()),
+                event(&|e| e["datacontenttype"] = secret.into()),
+            ),
+            (
+                Some(structured.clone()),
+                br#"{"specversion":"1.0","id":"e1","n":90071992547409930123}"#.to_vec(),
+            ),
+            (
+                Some(headers(&[
+                    ("ce-specversion", encoded),
+                    ("ce-id", "e1"),
+                    ("ce-source", "s"),
+                    ("ce-type", "tool.declared"),
+                    ("ce-tenant", "acme"),
+                ])),
+                b"{}".to_vec(),
+            ),
+            (
+                Some(headers(&[
+                    ("ce-specversion", "1.0"),
+                    ("ce-id", "e1"),
+                    ("ce-source", "s"),
+                    ("ce-type", "tool.declared"),
+                    ("ce-tenant", "acme"),
+                    ("ce-datacontenttype", encoded),
+                ])),
+                b"{}".to_vec(),
+            ),
+        ];
+        for (headers, body) in cases {
+            let error = crate::decode("atl.in.acme.tool.declared", headers.as_ref(), &body).unwrap_err();
+            assert!(error.quarantine_reason().is_some(), "{error}");
+            let detail = error.quarantine_detail();
+            for value in ["sk-live", "90071992547409930123"] {
+                assert!(!detail.contains(value), "{detail}");
+            }
+        }
+        // A subject outside the contract: named by its rule, whatever it holds.
+        let detail = crate::subject::InboundSubject::parse("sk-live-0123456789abcdef.x")
+            .unwrap_err()
+            .quarantine_detail();
+        assert!(!detail.contains("sk-live"), "{detail}");
+    }
 
     #[test]
     fn reasons_have_stable_names_that_round_trip() {

@@ -225,11 +225,8 @@ impl Event {
     pub fn from_map(mut object: Map<String, Value>) -> Result<Self> {
         match object.remove("specversion") {
             Some(Value::String(v)) if v == SPEC_VERSION => {}
-            Some(other) => {
-                return Err(Error::bad_envelope(
-                    "specversion",
-                    format!("{other} is not \"1.0\""),
-                ));
+            Some(_) => {
+                return Err(Error::bad_envelope("specversion", "must be \"1.0\""));
             }
             None => return Err(Error::bad_envelope("specversion", "missing")),
         }
@@ -251,10 +248,13 @@ impl Event {
         let datacontenttype = optional(&mut object, "datacontenttype")?;
         let dataschema = optional(&mut object, "dataschema")?;
         let time = optional(&mut object, "time")?;
-        if let Some(content_type) = datacontenttype.as_deref().filter(|ct| !is_json_content_type(ct)) {
+        if datacontenttype
+            .as_deref()
+            .is_some_and(|ct| !is_json_content_type(ct))
+        {
             return Err(Error::bad_envelope(
                 "datacontenttype",
-                format!("`{content_type}`: data must be JSON"),
+                "must name JSON (`application/json`, `text/json` or `…+json`): data must be JSON",
             ));
         }
         if object.contains_key("data_base64") {

@@ -12,6 +12,7 @@
 //!                            extensions, and every top-level `data` string named `*_id` or `retry_of`
 //!                  ─▶ check each ─▶ a `bad_id` rejection naming the JSON Pointer (never the value)
 //! /v1 path or query, CLI argument ─▶ check ─▶ 400 `invalid_parameter` / exit 2
+//! `toolledger validate` document ─▶ the event ingest would decode ─▶ event_ids ─▶ the same `bad_id`
 //! ```
 //!
 //! Empty ids are not refused at ingest (the official schemas allow them), but no path can name one.
@@ -101,6 +102,25 @@ pub fn first_bad_id(event: &Event) -> Option<(String, IdProblem)> {
         })
 }
 
+/// [`first_bad_id`] of a document as `toolledger validate` reads it: a structured CloudEvent, or an
+/// agenttool-event envelope mapped as ingest maps it (so its `invocation_id` is named
+/// `/invocationid`, as ingest's receipt names it). `None` too for a document that is no event at
+/// all: the schema check says what is wrong with it.
+pub fn first_bad_id_in_document(document: &Value) -> Option<(String, IdProblem)> {
+    let Value::Object(object) = document else {
+        return None;
+    };
+    let event = if crate::envelope::is_agenttool_event(object) {
+        // The tenant comes from the subject at ingest; no id depends on it.
+        crate::envelope::map_agenttool_event(object.clone(), &crate::Tenant::unroutable())
+            .ok()?
+            .event
+    } else {
+        Event::from_json(document.clone()).ok()?
+    };
+    first_bad_id(&event)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +189,28 @@ mod tests {
         let mut extension = event(serde_json::json!({}));
         extension.set_extension("sessionid", "s\u{0}");
         assert_eq!(first_bad_id(&extension).unwrap().0, "/sessionid");
+    }
+
+    #[test]
+    fn a_documents_ids_are_judged_as_ingest_decodes_them() {
+        let structured = serde_json::json!({"specversion": "1.0", "id": "e1", "source": "s",
+            "type": "tool.invocation.planned", "tenant": "acme",
+            "data": {"invocation_id": "inv\u{7}", "request_id": "r".repeat(1025)}});
+        assert_eq!(
+            first_bad_id_in_document(&structured).map(|(p, _)| p).as_deref(),
+            Some("/data/invocation_id")
+        );
+        let envelope = serde_json::json!({"event_id": "e1", "event_type": "tool.invocation.planned",
+            "source": "s", "time": "2026-05-08T09:00:00Z", "schema_version": "0.2.0",
+            "invocation_id": "inv\nx", "data": {"request_id": "r".repeat(1025)}});
+        assert_eq!(
+            first_bad_id_in_document(&envelope).map(|(p, _)| p).as_deref(),
+            Some("/invocationid")
+        );
+        assert_eq!(first_bad_id_in_document(&serde_json::json!([1])), None);
+        assert_eq!(
+            first_bad_id_in_document(&serde_json::json!({"specversion": "1.0"})),
+            None
+        );
     }
 }

@@ -115,10 +115,7 @@ impl InboundSubject {
     /// the ledger's own `toolledger.*` classes; anything else is `unsafe_tenant`.
     pub fn parse(subject: &str) -> Result<Self> {
         let rest = subject.strip_prefix(INBOUND_PREFIX).ok_or_else(|| {
-            Error::bad_envelope(
-                "nats_subject",
-                format!("{subject:?} is not under `{INBOUND_PREFIX}>`"),
-            )
+            Error::bad_envelope("nats_subject", format!("is not under `{INBOUND_PREFIX}>`"))
         })?;
         let (tenant, class) = rest.split_once('.').unwrap_or((rest, ""));
         let tenant = if tenant == Tenant::SYSTEM && class.starts_with("toolledger.") {

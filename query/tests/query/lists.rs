@@ -8,20 +8,14 @@
 //! event of it, and its truth): the tool and status filters then have sessions to leave out.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 
-use serde_json::Value;
-use toolledger_core::config::ApiToken;
-use toolledger_core::telemetry::Telemetry;
-use toolledger_projector::{Generations, Store};
 use toolledger_query::params::time_range;
 use toolledger_query::{
-    ApiOptions, GroupBy, PlannedRead, Reader, SearchFilter, SessionFilter, StatsFilter, Tokens, counts,
-    query_plan, sessions, token_digest,
+    GroupBy, PlannedRead, Reader, SearchFilter, SessionFilter, StatsFilter, counts, query_plan, sessions,
 };
 use toolledger_schemas::generator::{Generated, GeneratorConfig, InvocationTruth, generate};
 
-use crate::apply;
+use crate::Server;
 
 const ACME: &str = "acme";
 const GLOBEX: &str = "globex";
@@ -72,16 +66,7 @@ impl Fixture {
             .truth
             .invocations
             .retain(|i| !dropped.iter().any(|d| d.invocation_id == i.invocation_id));
-        let generation = Generations::new(dir.path()).current_or_init().unwrap();
-        let mut store = Store::open(&generation.database(), Default::default()).unwrap();
-        apply(
-            &mut store,
-            generated
-                .events
-                .iter()
-                .map(toolledger_testkit::entry_bytes)
-                .collect(),
-        );
+        crate::project(dir.path(), &generated.events);
         Self { dir, generated }
     }
 
@@ -599,75 +584,20 @@ fn the_lists_and_counts_the_web_view_reads_use_an_index_and_never_sort() {
     println!("{report}");
 }
 
-/// A server with an admin token and an acme-only token over the fixture.
-struct Served {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
 const ADMIN_TOKEN: &str = "admin-token-for-lists-0123456789";
 const ACME_TOKEN: &str = "acme-token-for-lists-0123456789";
 
-async fn serve(fixture: &Fixture) -> Served {
-    let tokens = Tokens::from_config(&[
-        ApiToken {
-            name: "admin".to_owned(),
-            sha256: token_digest(ADMIN_TOKEN),
-            tenants: Vec::new(),
-            admin: true,
-        },
-        ApiToken {
-            name: "acme-reader".to_owned(),
-            sha256: token_digest(ACME_TOKEN),
-            tenants: vec![ACME.to_owned()],
-            admin: false,
-        },
-    ])
-    .unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (addr, task) = toolledger_query::serve(
+/// A server with an admin token and an acme-only token over the fixture.
+async fn serve(fixture: &Fixture) -> Server {
+    crate::serve(
         fixture.dir.path(),
-        ApiOptions {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            tokens,
-            insecure_local: false,
-            blob_store_url: None,
-            access_log: None,
-            ledger: None,
-        },
-        Telemetry::new(),
-        async {
-            let _ = stopped.await;
-        },
+        &[
+            ("admin", ADMIN_TOKEN, None),
+            ("acme-reader", ACME_TOKEN, Some(ACME)),
+        ],
+        None,
     )
     .await
-    .unwrap();
-    Served {
-        addr,
-        stop: Some(stop),
-        task: Some(task),
-    }
-}
-
-impl Served {
-    async fn get(&self, path: &str, token: &str) -> (u16, Value) {
-        let (addr, path, token) = (self.addr, path.to_owned(), token.to_owned());
-        let reply = tokio::task::spawn_blocking(move || toolledger_testkit::http_get_as(addr, &path, &token))
-            .await
-            .unwrap()
-            .unwrap();
-        (reply.status, serde_json::from_str(&reply.body).unwrap())
-    }
-
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.await.unwrap();
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,17 +6,14 @@
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolledger_core::config::ApiToken;
-use toolledger_core::telemetry::Telemetry;
 use toolledger_projector::{Generations, SqlLimits, SqlScope, Store, TENANT_TABLES, run_sql};
-use toolledger_query::{AccessLog, AccessQueue, AccessRead, ApiOptions, Tokens, token_digest};
+use toolledger_query::{AccessLog, AccessQueue, AccessRead};
 use toolledger_schemas::generator::{Generated, GeneratorConfig, generate};
 
-use crate::apply;
+use crate::{Server, apply};
 
 const ADMIN_TOKEN: &str = "sql-admin-token-0123456789abcdef";
 const ACME_TOKEN: &str = "sql-acme-token-0123456789abcdef";
@@ -31,10 +28,8 @@ const RUNAWAY: &str =
 struct Served {
     dir: tempfile::TempDir,
     generated: Generated,
-    addr: SocketAddr,
+    server: Server,
     reads: AccessQueue,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 async fn serve() -> Served {
@@ -45,62 +40,30 @@ async fn serve() -> Served {
         tenants: vec!["acme".to_owned(), "globex".to_owned()],
         ..GeneratorConfig::default()
     });
-    let generation = Generations::new(dir.path()).current_or_init().unwrap();
-    let mut store = Store::open(&generation.database(), Default::default()).unwrap();
-    apply(
-        &mut store,
-        generated
-            .events
-            .iter()
-            .map(toolledger_testkit::entry_bytes)
-            .collect(),
-    );
-    drop(store);
-    let token = |name: &str, token: &str, tenant: Option<&str>| ApiToken {
-        name: name.to_owned(),
-        sha256: token_digest(token),
-        tenants: tenant.map(|t| vec![t.to_owned()]).unwrap_or_default(),
-        admin: tenant.is_none(),
-    };
-    let tokens = Tokens::from_config(&[
-        token("admin", ADMIN_TOKEN, None),
-        token("acme-reader", ACME_TOKEN, Some("acme")),
-        token("globex-reader", GLOBEX_TOKEN, Some("globex")),
-    ])
-    .unwrap();
+    crate::project(dir.path(), &generated.events);
     let (log, reads) = AccessLog::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (addr, task) = toolledger_query::serve(
+    let server = crate::serve(
         dir.path(),
-        ApiOptions {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            tokens,
-            insecure_local: false,
-            blob_store_url: None,
-            access_log: Some(log),
-            ledger: None,
-        },
-        Telemetry::new(),
-        async {
-            let _ = stopped.await;
-        },
+        &[
+            ("admin", ADMIN_TOKEN, None),
+            ("acme-reader", ACME_TOKEN, Some("acme")),
+            ("globex-reader", GLOBEX_TOKEN, Some("globex")),
+        ],
+        Some(log),
     )
-    .await
-    .unwrap();
+    .await;
     Served {
         dir,
         generated,
-        addr,
+        server,
         reads,
-        stop,
-        task,
     }
 }
 
 impl Served {
     /// Posts a statement; the status, the body and how long the answer took.
     async fn sql(&self, token: &str, body: Value) -> (u16, Value, Duration) {
-        let (addr, token) = (self.addr, token.to_owned());
+        let (addr, token) = (self.server.addr, token.to_owned());
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();
             let reply =
@@ -113,20 +76,12 @@ impl Served {
     }
 
     async fn get(&self, path: &str, token: &str) -> (u16, Value) {
-        let (addr, path, token) = (self.addr, path.to_owned(), token.to_owned());
-        let reply = tokio::task::spawn_blocking(move || toolledger_testkit::http_get_as(addr, &path, &token))
-            .await
-            .unwrap()
-            .unwrap();
-        (
-            reply.status,
-            serde_json::from_str(&reply.body).unwrap_or(Value::Null),
-        )
+        self.server.get(path, token).await
     }
 
     /// `toolledger_api_sql_running` from `/metrics`: statements holding a blocking thread.
     async fn running(&self) -> i64 {
-        let addr = self.addr;
+        let addr = self.server.addr;
         let reply = tokio::task::spawn_blocking(move || toolledger_testkit::http_get(addr, "/metrics"))
             .await
             .unwrap()
@@ -163,8 +118,7 @@ impl Served {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(());
-        self.task.await.unwrap();
+        self.server.stop().await;
     }
 }
 
@@ -226,7 +180,7 @@ async fn a_tenant_answers_while_another_tenants_two_runaway_statements_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hung_up_clients_leave_no_statement_running() {
     let served = serve().await;
-    let addr = served.addr;
+    let addr = served.server.addr;
     let body = json!({"sql": RUNAWAY, "timeout_ms": 10000}).to_string();
     let clients: Vec<std::net::TcpStream> = (0..10)
         .map(|i| {

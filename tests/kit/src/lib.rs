@@ -13,6 +13,8 @@
 //! - [`ledger`]: ledger entries as ingest would write them ([`entry_bytes`]), appended in order
 //!   ([`append_events`]), and generated sessions ([`generated`]): what tests that fill ATL_LEDGER
 //!   without ingest share.
+//! - [`secrets`]: the secret-shape corpus of issue 28 and the ordinary text that must survive
+//!   scrubbing, shared by ingest's scrub tests and the end-to-end test.
 //!
 //! The server binary is `TOOLLEDGER_NATS_SERVER` if set, else the pinned one `scripts/setup` installs
 //! at `.tools/nats/bin/nats-server` in the workspace.
@@ -24,6 +26,7 @@ pub mod ledger;
 mod nats;
 mod process;
 mod s3;
+pub mod secrets;
 
 pub use cluster::{CLUSTER_SIZE, NatsCluster};
 pub use http::{HttpResponse, http_get, http_get_as, http_post};

@@ -1,4 +1,6 @@
-//! `toolledger validate [FILE|-]`: check events offline with the validator ingest uses.
+//! `toolledger validate [FILE|-]`: check events offline with the validator ingest uses, and the id
+//! grammar ingest applies before it (`toolledger_wire::id`): an id ingest would quarantine as `bad_id`
+//! is reported refused, with the receipt's own detail.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -25,7 +27,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             Box::new(std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?)
         }
     };
-    let report = toolledger_schemas::validate_stream(reader).context("reading the documents")?;
+    let report = toolledger_schemas::validate_stream_with(reader, bad_id).context("reading the documents")?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -38,4 +40,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         report.documents.len()
     );
     Ok(())
+}
+
+/// Ingest's `bad_id` refusal of `document`, with the detail its quarantine receipt carries.
+fn bad_id(document: &serde_json::Value) -> Option<toolledger_schemas::validate::Outcome> {
+    let (pointer, problem) = toolledger_wire::id::first_bad_id_in_document(document)?;
+    let error = toolledger_wire::Error::BadId { pointer, problem };
+    Some(toolledger_schemas::validate::Outcome::Refused {
+        reason: toolledger_wire::QuarantineReason::BadId.as_str().to_owned(),
+        detail: error.quarantine_detail(),
+    })
 }
