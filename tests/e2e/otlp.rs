@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde_json::Value;
 use toolledger_testkit::{ChildProcess, NatsFixture, python};
 
-use crate::query::{after, config_file};
+use crate::fixture::Up;
+use crate::query::config_file;
 use crate::toolledger;
 
 /// The write token of tenant acme in these tests.
@@ -122,20 +123,9 @@ fn settled(nats_url: &str) -> u64 {
 #[test]
 fn sdk_spans_over_http_and_grpc_are_reconstructed_once_with_scrubbed_arguments() {
     let dir = tempfile::tempdir().unwrap();
-    let config = config_file(dir.path());
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str(&otlp_section());
-    std::fs::write(&config, text).unwrap();
-    let mut up = ChildProcess::spawn(toolledger(), ["--config", config.to_str().unwrap(), "up"], &[]);
-    assert!(
-        up.wait_for_output("running;", Duration::from_secs(60)),
-        "up did not start\n{}\n{}",
-        up.stdout(),
-        up.stderr()
-    );
-    let stdout = up.stdout();
-    let (http, grpc) = endpoints(&stdout);
-    let nats_url = format!("nats://{}", after(&stdout, "connected to nats://", ": "));
+    let up = Up::start(dir.path(), &otlp_section(), &[]);
+    let (config, nats_url) = (up.config.clone(), up.nats_url.clone());
+    let (http, grpc) = endpoints(&up.child.stdout());
 
     let over_http = run_client("sdk_client.py", "http", &http, "http-1", &[]);
     let over_grpc = run_client("sdk_client.py", "grpc", &grpc, "grpc-1", &[("OTLP_GZIP", "1")]);
@@ -232,8 +222,12 @@ fn sdk_spans_over_http_and_grpc_are_reconstructed_once_with_scrubbed_arguments()
         String::from_utf8_lossy(&verify.stdout),
         String::from_utf8_lossy(&verify.stderr)
     );
-    assert!(up.terminate(Duration::from_secs(60)).is_some());
-    assert!(up.stdout().contains("otlp receiver stopped"), "{}", up.stdout());
+    let stopped = up.stop();
+    assert!(
+        stopped.stdout().contains("otlp receiver stopped"),
+        "{}",
+        stopped.stdout()
+    );
 }
 
 /// The session's invocations, once `n` of them are projected and ended (at most 60 s).
@@ -260,21 +254,14 @@ fn session_invocations(config: &Path, session: &str, n: usize) -> Vec<Value> {
 #[test]
 fn agents_sdk_and_mcp_tool_calls_are_one_invocation_each_with_native_ids() {
     let dir = tempfile::tempdir().unwrap();
-    let config = config_file(dir.path());
-    let mut text = std::fs::read_to_string(&config).unwrap();
     // A short grace, so the MCP server spans that come before their caller's wait briefly.
-    text.push_str(&otlp_section().replace(
+    let extra = otlp_section().replace(
         "retry_after_secs = 1",
         "retry_after_secs = 1\ncaller_grace_secs = 20",
-    ));
-    std::fs::write(&config, text).unwrap();
-    let mut up = ChildProcess::spawn(toolledger(), ["--config", config.to_str().unwrap(), "up"], &[]);
-    assert!(
-        up.wait_for_output("running;", Duration::from_secs(60)),
-        "{}",
-        up.stderr()
     );
-    let (http, grpc) = endpoints(&up.stdout());
+    let up = Up::start(dir.path(), &extra, &[]);
+    let config = up.config.clone();
+    let (http, grpc) = endpoints(&up.child.stdout());
 
     // The OpenAI Agents SDK, instrumented by OpenInference (TOOL spans; the call id is on the
     // model's span) over HTTP, and by the OpenTelemetry GenAI instrumentation (execute_tool spans,
@@ -345,7 +332,7 @@ fn agents_sdk_and_mcp_tool_calls_are_one_invocation_each_with_native_ids() {
         session_invocations(&config, session, calls.len()).len(),
         calls.len()
     );
-    assert!(up.terminate(Duration::from_secs(60)).is_some());
+    up.stop();
 }
 
 #[test]
