@@ -4,10 +4,10 @@
 use std::io::Read;
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
@@ -22,10 +22,11 @@ pub(crate) async fn serve(
     receiver: Arc<Receiver>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let limit = receiver.max_request_bytes;
+    // The handler reads the body itself, up to the limit, so an oversize request gets the OTLP
+    // error response rather than axum's plain-text one.
     let app = axum::Router::new()
         .route("/v1/traces", axum::routing::post(traces))
-        .layer(DefaultBodyLimit::max(limit))
+        .layer(DefaultBodyLimit::disable())
         .with_state(receiver);
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
@@ -36,7 +37,7 @@ enum Encoding {
     Json,
 }
 
-async fn traces(State(receiver): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn traces(State(receiver): State<Arc<Receiver>>, headers: HeaderMap, body: Body) -> Response {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -57,9 +58,13 @@ async fn traces(State(receiver): State<Arc<Receiver>>, headers: HeaderMap, body:
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    let outcome = match decode(&headers, &body, receiver.max_request_bytes, encoding) {
-        Ok(request) => receiver.export(bearer, &request).await,
-        Err(refusal) => Err(refusal),
+    let limit = receiver.max_request_bytes;
+    let outcome = match axum::body::to_bytes(body, limit).await {
+        Err(_) => Err(Refusal::TooLarge(limit)),
+        Ok(body) => match decode(&headers, &body, limit, encoding) {
+            Ok(request) => receiver.export(bearer, &request).await,
+            Err(refusal) => Err(refusal),
+        },
     };
     match outcome {
         Ok(response) => {

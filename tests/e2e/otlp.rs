@@ -26,7 +26,7 @@ fn client(name: &str) -> PathBuf {
 /// `[otlp]` on free ports with acme's write token.
 fn otlp_section() -> String {
     format!(
-        "[otlp]\nhttp_listen = \"127.0.0.1:0\"\ngrpc_listen = \"127.0.0.1:0\"\nretry_after_secs = 1\n\
+        "[otlp]\nhttp_listen = \"127.0.0.1:0\"\ngrpc_listen = \"127.0.0.1:0\"\nretry_after_secs = 1\nmax_request_bytes = 1000000\n\
          [[otlp.tokens]]\nname = \"acme-agents\"\nsha256 = \"{}\"\ntenant = \"acme\"\n",
         toolledger_query::token_digest(WRITE_TOKEN)
     )
@@ -199,6 +199,17 @@ fn sdk_spans_over_http_and_grpc_are_reconstructed_once_with_scrubbed_arguments()
     assert_eq!(garbage.status, 400, "{}", garbage.body);
     let status: Value = serde_json::from_str(&garbage.body).unwrap();
     assert_eq!(status["code"], 3, "INVALID_ARGUMENT: {status}");
+    let oversize = format!(
+        "{{\"resourceSpans\": [], \"pad\": \"{}\"}}",
+        "x".repeat(1_100_000)
+    );
+    let too_large = toolledger_testkit::http_post(addr, "/v1/traces", Some(WRITE_TOKEN), &oversize).unwrap();
+    assert_eq!(too_large.status, 413, "{}", too_large.body);
+    let status: Value = serde_json::from_str(&too_large.body).unwrap();
+    assert!(
+        status["message"].as_str().unwrap().contains("max_request_bytes"),
+        "{status}"
+    );
 
     // The same spans again (same run tag: same trace and span ids): duplicates, no new entry.
     let before = settled(&nats_url);
