@@ -25,6 +25,7 @@ mod tools;
 mod up;
 mod web;
 mod wire;
+mod witness;
 
 use std::path::Path;
 

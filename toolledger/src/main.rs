@@ -118,6 +118,9 @@ enum Command {
     Search(cmd::search::Args),
     /// Calls, outcome rates and latency p50/p95/p99 per tool and time bucket.
     Stats(cmd::stats::Args),
+    /// Run a C2SP tlog witness: cosign checkpoints of the configured logs ([[witness.logs]]) that are
+    /// consistent with the last one it cosigned; refuse forks and rollbacks (docs/witnesses.md).
+    Witness(cmd::witness::Args),
 }
 
 fn main() -> ExitCode {
@@ -172,6 +175,7 @@ fn main() -> ExitCode {
             Command::Session(args) => cmd::session::run(config, args).await,
             Command::Search(args) => cmd::search::run(config, args).await,
             Command::Stats(args) => cmd::stats::run(config, args).await,
+            Command::Witness(args) => cmd::witness::run(config, args, cmd::shutdown_signal()).await,
         }
     });
     // The command has finished; a blocking task it left behind (an analyst's statement past its

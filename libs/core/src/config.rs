@@ -29,6 +29,7 @@ const ENV_KEYS: &[&str] = &[
     "api",
     "retention",
     "export",
+    "witness",
 ];
 
 /// The whole configuration of a toolledger process.
@@ -59,6 +60,50 @@ pub struct Config {
     /// The OTLP traces receiver (`toolledger otlp`, and `up` when it has write tokens).
     #[serde(default)]
     pub otlp: OtlpConfig,
+    /// A checkpoint witness (`toolledger witness`), usually run by another party than the ledger's.
+    #[serde(default)]
+    pub witness: WitnessConfig,
+}
+
+/// A C2SP tlog witness (`docs/witnesses.md`): its address, its key and state, and the logs it
+/// cosigns for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WitnessConfig {
+    /// Where `POST /add-checkpoint` is served; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// The witness's name (a schema-less URL such as `witness.example.com/w1`), used to make its key
+    /// on first start; afterwards the key file's name must match it.
+    pub name: Option<String>,
+    /// Where the latest cosigned checkpoint of each log is kept. Default `<data_dir>/witness`.
+    pub state_dir: Option<PathBuf>,
+    /// The cosigning key, made on first start. Default `<state_dir>/witness.key`.
+    pub key_file: Option<PathBuf>,
+    /// The logs it cosigns for; checkpoints of any other origin are refused (404).
+    pub logs: Vec<WitnessLog>,
+}
+
+impl Default for WitnessConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7380)),
+            name: None,
+            state_dir: None,
+            key_file: None,
+            logs: Vec::new(),
+        }
+    }
+}
+
+/// One log a witness cosigns for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WitnessLog {
+    /// The log's checkpoint origin line (the ledger's `ledger.origin`).
+    pub origin: String,
+    /// The log's checkpoint verifier keys (`<name>+<key id>+<key>`, as `toolledger init` prints);
+    /// during a key rotation, the old and the new.
+    pub keys: Vec<String>,
 }
 
 /// The OTLP traces receiver (`docs/otlp.md`): where it listens and who may write for which tenant.
@@ -337,6 +382,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             export: ExportConfig::default(),
             otlp: OtlpConfig::default(),
+            witness: WitnessConfig::default(),
         }
     }
 }
@@ -445,6 +491,25 @@ impl Config {
                 "rows_per_file and row_group_rows must be at least 1",
             ));
         }
+        if let Some(name) = &self.witness.name
+            && (name.is_empty()
+                || name
+                    .chars()
+                    .any(|c| c.is_whitespace() || c == '+' || c.is_control()))
+        {
+            return Err(invalid("witness.name", "must be non-empty with no spaces or '+'"));
+        }
+        for log in &self.witness.logs {
+            if log.origin.is_empty() || log.origin.contains('\n') {
+                return Err(invalid("witness.logs", "each origin must be one non-empty line"));
+            }
+            if log.keys.is_empty() {
+                return Err(invalid(
+                    "witness.logs",
+                    format!("log `{}` has no verifier keys", log.origin),
+                ));
+            }
+        }
         if self.payloads.offload_threshold_bytes == 0 {
             return Err(invalid("payloads.offload_threshold_bytes", "must be at least 1"));
         }
@@ -488,6 +553,22 @@ impl Config {
     /// The checkpoint verifier key file beside the signing key (`checkpoint.pub`).
     pub fn checkpoint_verifier_file(&self) -> PathBuf {
         self.checkpoint_key_file().with_extension("pub")
+    }
+
+    /// The witness's state directory (`witness.state_dir`, else `<data_dir>/witness`).
+    pub fn witness_state_dir(&self) -> PathBuf {
+        self.witness
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("witness"))
+    }
+
+    /// The witness's cosigning key (`witness.key_file`, else `<state dir>/witness.key`).
+    pub fn witness_key_file(&self) -> PathBuf {
+        self.witness
+            .key_file
+            .clone()
+            .unwrap_or_else(|| self.witness_state_dir().join("witness.key"))
     }
 
     /// The local nats-server's JetStream store directory.
@@ -624,6 +705,32 @@ mod tests {
             jail.set_env("TOOLLEDGER_LEDGER__CHECKPOINT_EVERY", "0");
             let text = load_in(jail, "").unwrap_err().to_string();
             assert!(text.contains("ledger.checkpoint_every"), "{text}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn witness_section_defaults_follow_data_dir_and_is_checked() {
+        Jail::expect_with(|jail| {
+            let config = load_in(
+                jail,
+                "data_dir = \"/srv/w\"\n[witness]\nname = \"witness.example/w1\"\n\n[[witness.logs]]\norigin = \"toolledger/ATL_LEDGER\"\nkeys = [\"k+00000000+AQ==\"]\n",
+            )
+            .unwrap();
+            assert_eq!(config.witness_state_dir(), PathBuf::from("/srv/w/witness"));
+            assert_eq!(
+                config.witness_key_file(),
+                PathBuf::from("/srv/w/witness/witness.key")
+            );
+            assert_eq!(config.witness.logs.len(), 1);
+            let text = load_in(jail, "[[witness.logs]]\norigin = \"o\"\nkeys = []\n")
+                .unwrap_err()
+                .to_string();
+            assert!(text.contains("witness.logs"), "{text}");
+            let text = load_in(jail, "[witness]\nname = \"a b\"\n")
+                .unwrap_err()
+                .to_string();
+            assert!(text.contains("witness.name"), "{text}");
             Ok(())
         });
     }

@@ -97,6 +97,16 @@ pub enum Error {
         key_id: u32,
     },
 
+    /// A cosignature line by a known witness key does not verify: the checkpoint or the line was
+    /// altered, or the witness never signed this checkpoint.
+    #[error("cosignature by witness {name} ({key_id:08x}) does not verify")]
+    BadCosignature {
+        /// The witness name on the signature line.
+        name: String,
+        /// The witness key id.
+        key_id: u32,
+    },
+
     /// The note carries no signature by any trusted key.
     #[error("note has no signature by a trusted key")]
     UnknownSigner,

@@ -10,6 +10,8 @@
 //!                 Checkpoint { origin, size, root } ─sign(NoteSigner)─▶ signed note text
 //!
 //! signed note ─Checkpoint::open(Verifiers)─▶ trusted size + root
+//! signed note ─witness (consistency proof from its last)─▶ CosignatureSigner::cosign ─▶ `— w …` line
+//! note + witness lines ─Cosigners::verify─▶ which witnesses vouched for this tree, and when
 //! tiles ─TileReader─▶ InclusionProof / ConsistencyProof ─verify_*(root)─▶ Ok or a named failure
 //! ```
 //!
@@ -27,9 +29,11 @@
 //! - [`reader`]: proofs and roots served from tiles ([`TileReader`]) and checking tiles against a root.
 //! - [`note`]: C2SP signed notes, Ed25519 signer and verifier keys, the trusted key set.
 //! - [`checkpoint`]: the C2SP tlog checkpoint body and its signing and opening.
+//! - [`cosignature`]: C2SP `cosignature/v1` witness keys, cosigning and checking cosignatures.
 #![warn(missing_docs)]
 
 pub mod checkpoint;
+pub mod cosignature;
 mod error;
 pub mod log;
 pub mod note;
@@ -40,6 +44,7 @@ pub mod tile;
 pub mod tree;
 
 pub use checkpoint::Checkpoint;
+pub use cosignature::{CosignatureSigner, CosignatureVerifier, Cosigners, VerifiedCosignature};
 pub use error::{Error, Result};
 pub use log::TiledLog;
 pub use note::{Note, NoteSigner, NoteVerifier, Verifiers, sign_note};

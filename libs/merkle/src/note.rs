@@ -40,7 +40,7 @@ pub fn key_id(name: &str, public_key: &[u8; 32]) -> u32 {
     u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
 }
 
-fn check_key_name(name: &str) -> Result<()> {
+pub(crate) fn check_key_name(name: &str) -> Result<()> {
     if name.is_empty()
         || name
             .chars()
@@ -53,7 +53,7 @@ fn check_key_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn parse_key_id(hex: &str) -> Result<u32> {
+pub(crate) fn parse_key_id(hex: &str) -> Result<u32> {
     if hex.len() != 8 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::MalformedKey {
             reason: format!("key id {hex:?} is not 8 hex digits"),

@@ -26,6 +26,7 @@ pub mod up;
 pub mod validate;
 pub mod verify;
 pub mod verify_bundle;
+pub mod witness;
 
 /// Completes on Ctrl-C (SIGINT) or SIGTERM, whichever comes first. The handlers are installed when
 /// this is called, not when the future is first polled, so a signal right after start is not lost

@@ -1,0 +1,492 @@
+//! `toolledger witness` over a real ledger: init, emit in parts, and ingest signing a checkpoint after
+//! each; then three witness processes are fed those checkpoints with consistency proofs from
+//! `toolledger prove`, as the C2SP tlog-witness protocol has a log do. Their cosignatures are checked
+//! by the Rust verifier and by the independent Python one; a fork, a rollback after `kill -9`, and
+//! changed bytes are refused.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use toolledger_merkle::note::Note;
+use toolledger_merkle::{Checkpoint, CosignatureVerifier, Cosigners, Hash, NoteSigner, Verifiers};
+use toolledger_testkit::{ChildProcess, NatsFixture, http_post, python, workspace_root};
+
+use crate::toolledger;
+
+/// The demo events are emitted in this many parts, so ingest signs at least this many checkpoints.
+const PARTS: usize = 4;
+const ORIGIN: &str = "toolledger/ATL_LEDGER";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Runs `toolledger` to its end with this data directory; (success, stdout, stderr).
+fn run(data: &Path, config: &Path, args: &[&str]) -> (bool, String, String) {
+    let mut child = spawn(data, config, args);
+    let status = child
+        .wait_timeout(Duration::from_secs(120))
+        .expect("the tool finishes");
+    (status.success(), child.stdout(), child.stderr())
+}
+
+fn spawn(data: &Path, config: &Path, args: &[&str]) -> ChildProcess {
+    let data = data.display().to_string();
+    let config = config.display().to_string();
+    ChildProcess::spawn(
+        toolledger(),
+        args,
+        &[
+            ("TOOLLEDGER_CONFIG", &config),
+            ("TOOLLEDGER_DATA_DIR", &data),
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "info"),
+            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+        ],
+    )
+}
+
+fn stream_messages(rt: &tokio::runtime::Runtime, js: &jetstream::Context, stream: &str) -> u64 {
+    rt.block_on(async {
+        js.get_stream(stream)
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .state
+            .messages
+    })
+}
+
+/// A ledger filled by the real pipeline, with every checkpoint ingest signed.
+struct Ledger {
+    nats: NatsFixture,
+    data: tempfile::TempDir,
+    config: PathBuf,
+    /// (size, signed note) of each checkpoint, oldest first.
+    checkpoints: Vec<(u64, String)>,
+}
+
+impl Ledger {
+    fn build() -> Self {
+        let nats = NatsFixture::start();
+        let url = nats.url();
+        let data = tempfile::tempdir().unwrap();
+        let config = data.path().join("toolledger.toml");
+        std::fs::write(&config, "[ledger]\ncheckpoint_interval_ms = 100\n").unwrap();
+        let (ok, out, err) = run(
+            data.path(),
+            &config,
+            &["init", "--nats-url", &url, "--tenant", "acme"],
+        );
+        assert!(ok, "init failed\n{out}\n{err}");
+        let events = data.path().join("events.ndjson");
+        let (ok, _, err) = run(
+            data.path(),
+            &config,
+            &["demo-data", "--seed", "11", "--out", events.to_str().unwrap()],
+        );
+        assert!(ok, "{err}");
+
+        // One runtime for the NATS client: its connection lives on it.
+        let rt = runtime();
+        let js = rt.block_on(async { jetstream::new(nats.client().await) });
+        let mut ingest = spawn(data.path(), &config, &["ingest", "--nats-url", &url]);
+        // Ingest signs after a batch, so the events go in parts, each once the last is in the ledger:
+        // every part leaves at least one checkpoint behind.
+        let text = std::fs::read_to_string(&events).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut emitted = 0;
+        for (i, part) in lines.chunks(lines.len().div_ceil(PARTS)).enumerate() {
+            let file = data.path().join(format!("part{i}.ndjson"));
+            std::fs::write(&file, part.join("\n")).unwrap();
+            let (ok, out, err) = run(
+                data.path(),
+                &config,
+                &["emit", file.to_str().unwrap(), "--nats-url", &url],
+            );
+            assert!(ok, "emit failed\n{out}\n{err}");
+            emitted += part.len() as u64;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while stream_messages(&rt, &js, "ATL_LEDGER") < emitted
+                || stream_messages(&rt, &js, "ATL_CHECKPOINTS") <= i as u64
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "ingest did not finish: {} of {emitted} entries, {} checkpoints\n{}",
+                    stream_messages(&rt, &js, "ATL_LEDGER"),
+                    stream_messages(&rt, &js, "ATL_CHECKPOINTS"),
+                    ingest.stderr()
+                );
+                assert!(
+                    ingest.try_status().is_none(),
+                    "ingest exited\n{}",
+                    ingest.stderr()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let status = ingest.terminate(Duration::from_secs(30)).expect("ingest stops");
+        assert!(status.success(), "{}", ingest.stderr());
+
+        let published = stream_messages(&rt, &js, "ATL_CHECKPOINTS");
+        let checkpoints = rt.block_on(async {
+            let stream = js.get_stream("ATL_CHECKPOINTS").await.unwrap();
+            let mut notes = Vec::new();
+            for seq in 1..=published {
+                let payload = stream.get_raw_message(seq).await.unwrap().payload;
+                let note = String::from_utf8(payload.to_vec()).unwrap();
+                let size = Checkpoint::parse_body(&Note::parse(&note).unwrap().text)
+                    .unwrap()
+                    .size;
+                notes.push((size, note));
+            }
+            notes
+        });
+        assert!(
+            checkpoints.len() >= 3 && checkpoints.windows(2).all(|w| w[0].0 < w[1].0),
+            "{:?}",
+            checkpoints.iter().map(|c| c.0).collect::<Vec<_>>()
+        );
+        Self {
+            nats,
+            data,
+            config,
+            checkpoints,
+        }
+    }
+
+    fn verifier_key(&self) -> String {
+        let text = std::fs::read_to_string(self.data.path().join("keys/checkpoint.pub")).unwrap();
+        text.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#'))
+            .unwrap()
+            .to_owned()
+    }
+
+    fn signing_key(&self) -> NoteSigner {
+        NoteSigner::load(&self.data.path().join("keys/checkpoint.key")).unwrap()
+    }
+
+    /// The consistency proof between two sizes, from `toolledger prove`.
+    fn proof(&self, from: u64, to: u64) -> Vec<Hash> {
+        let (ok, out, err) = run(
+            self.data.path(),
+            &self.config,
+            &[
+                "prove",
+                "--nats-url",
+                &self.nats.url(),
+                "--from-size",
+                &from.to_string(),
+                "--to-size",
+                &to.to_string(),
+            ],
+        );
+        assert!(ok, "prove failed\n{out}\n{err}");
+        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+        json["proof"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                let h = h.as_str().unwrap();
+                let mut hash = [0u8; 32];
+                for (i, byte) in hash.iter_mut().enumerate() {
+                    *byte = u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap();
+                }
+                hash
+            })
+            .collect()
+    }
+}
+
+/// One `toolledger witness` process with its own state directory.
+struct WitnessProcess {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    child: ChildProcess,
+    addr: SocketAddr,
+    key: CosignatureVerifier,
+}
+
+impl WitnessProcess {
+    fn start(name: &str, log_key: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("witness.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[witness]\nlisten = \"127.0.0.1:0\"\nname = \"{name}\"\n\n[[witness.logs]]\norigin = \"{ORIGIN}\"\nkeys = [\"{log_key}\"]\n"
+            ),
+        )
+        .unwrap();
+        let (child, addr, key) = Self::launch(dir.path(), &config);
+        Self {
+            dir,
+            config,
+            child,
+            addr,
+            key,
+        }
+    }
+
+    /// Starts the process on the same state directory; its address and key come back on a new port.
+    fn restart(&mut self) {
+        let (child, addr, key) = Self::launch(self.dir.path(), &self.config);
+        assert_eq!(key, self.key, "the key survives a restart");
+        (self.child, self.addr) = (child, addr);
+    }
+
+    fn launch(dir: &Path, config: &Path) -> (ChildProcess, SocketAddr, CosignatureVerifier) {
+        let mut child = spawn(dir, config, &["witness"]);
+        assert!(
+            child.wait_for_output("/add-checkpoint", Duration::from_secs(30)),
+            "witness did not start\n{}\n{}",
+            child.stdout(),
+            child.stderr()
+        );
+        let out = child.stdout();
+        let key = out
+            .lines()
+            .find_map(|l| l.strip_prefix("toolledger witness: verifier key "))
+            .unwrap();
+        let key = CosignatureVerifier::parse(key).unwrap();
+        let addr = out
+            .lines()
+            .find_map(|l| l.split("at http://").nth(1))
+            .and_then(|rest| rest.strip_suffix("/add-checkpoint"))
+            .unwrap();
+        (child, addr.parse().unwrap(), key)
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn kill9(&mut self) {
+        self.child.kill9();
+    }
+
+    /// The library client's request.
+    fn add(&self, old: u64, proof: &[Hash], note: &str) -> Result<String, toolledger_witness::Error> {
+        runtime().block_on(async {
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap();
+            toolledger_witness::add_checkpoint(&client, &self.url(), old, proof, note).await
+        })
+    }
+
+    /// The raw protocol: status, content type and body.
+    fn post(&self, old: u64, proof: &[Hash], note: &str) -> (u16, String, String) {
+        post_to(self.addr, old, proof, note)
+    }
+}
+
+fn post_to(addr: SocketAddr, old: u64, proof: &[Hash], note: &str) -> (u16, String, String) {
+    let body = toolledger_witness::AddCheckpoint {
+        old_size: old,
+        proof: proof.to_vec(),
+        checkpoint: note.to_owned(),
+    }
+    .to_body();
+    let response = http_post(addr, "/add-checkpoint", None, &body).unwrap();
+    let content_type = response.header("content-type").unwrap_or_default().to_owned();
+    (response.status, content_type, response.body)
+}
+
+/// Runs the Python verifier on `note` with the log key and witness keys; its stdout when it accepts.
+fn python_verdict(log_key: &str, note: &[u8], witnesses: &[&CosignatureVerifier]) -> Option<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cosigned.note");
+    std::fs::write(&path, note).unwrap();
+    let out = std::process::Command::new(python())
+        .arg(workspace_root().join("libs/merkle/tests/py/verify_note.py"))
+        .arg(log_key)
+        .arg(&path)
+        .args(witnesses.iter().map(|w| w.to_string()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => Some(String::from_utf8(out.stdout).unwrap()),
+        Some(1) => {
+            assert!(stderr.contains("rejected"), "{stderr}");
+            None
+        }
+        other => panic!("verify_note.py failed to run ({other:?}): {stderr}"),
+    }
+}
+
+#[test]
+fn three_witnesses_cosign_a_ledger_and_refuse_forks_and_rollbacks() {
+    let started = Instant::now();
+    let ledger = Ledger::build();
+    let log_key = ledger.verifier_key();
+    let log_verifiers = Verifiers::parse(&log_key).unwrap();
+    let [(s1, c1), (s2, c2), (s3, c3)] = [0, 1, 2].map(|i| ledger.checkpoints[i].clone());
+    let proof12 = ledger.proof(s1, s2);
+    let proof23 = ledger.proof(s2, s3);
+    println!(
+        "ledger ready in {:?}: checkpoints {s1}, {s2}, {s3}",
+        started.elapsed()
+    );
+
+    let mut witnesses: Vec<WitnessProcess> = (1..=3)
+        .map(|i| WitnessProcess::start(&format!("witness.test/w{i}"), &log_key))
+        .collect();
+    let keys: Vec<CosignatureVerifier> = witnesses.iter().map(|w| w.key.clone()).collect();
+    let cosigners = Cosigners::new(keys.clone());
+
+    // Successive checkpoints gather a cosignature from every witness.
+    let mut c2_lines = String::new();
+    for witness in &witnesses {
+        let first = witness.add(0, &[], &c1).unwrap();
+        let on_c1 = Cosigners::new([witness.key.clone()])
+            .verify(&format!("{c1}{first}"))
+            .unwrap();
+        assert_eq!(on_c1.len(), 1);
+        c2_lines.push_str(&witness.add(s1, &proof12, &c2).unwrap());
+    }
+    let cosigned = format!("{c2}{c2_lines}");
+    let found = cosigners.verify(&cosigned).unwrap();
+    assert_eq!(found.len(), 3, "{cosigned}");
+    assert_eq!(
+        Checkpoint::open_for(&cosigned, ORIGIN, &log_verifiers)
+            .unwrap()
+            .size,
+        s2
+    );
+    let key_refs: Vec<&CosignatureVerifier> = keys.iter().collect();
+    let verdict = python_verdict(&log_key, cosigned.as_bytes(), &key_refs).expect("python accepts");
+    for i in 1..=3 {
+        assert!(
+            verdict.contains(&format!("cosigned witness.test/w{i} ")),
+            "{verdict}"
+        );
+    }
+
+    // One-byte changes to a cosignature: flipped bytes of the signature blob (key id, timestamp,
+    // Ed25519 signature), and a changed last base64 character (part of it padding bits: a lax decoder
+    // would read the same bytes), are rejected by both verifiers.
+    let (w1_line, _) = c2_lines.split_once('\n').unwrap();
+    let b64 = w1_line.rsplit(' ').next().unwrap();
+    let blob = BASE64.decode(b64).unwrap();
+    let mut changed_lines = Vec::new();
+    for at in [0, 3, 4, 11, 12, 40, 75] {
+        let mut bytes = blob.clone();
+        bytes[at] ^= 0x01;
+        changed_lines.push(w1_line.replace(b64, &BASE64.encode(&bytes)));
+    }
+    let at = w1_line.len() - 3;
+    let mut text = w1_line.as_bytes().to_vec();
+    text[at] = if text[at] == b'A' { b'B' } else { b'A' };
+    changed_lines.push(String::from_utf8(text).unwrap());
+    let w1 = &keys[0];
+    for line in changed_lines {
+        let note = format!("{c2}{line}\n");
+        let rust = Cosigners::new([w1.clone()]).verify(&note);
+        assert!(rust.as_ref().map_or(true, Vec::is_empty), "rust accepted {line}");
+        assert!(
+            python_verdict(&log_key, note.as_bytes(), &[w1]).is_none(),
+            "python accepted {line}"
+        );
+    }
+    // A cosignature over c2 does not verify on another checkpoint's text.
+    let moved = format!("{c3}{w1_line}\n");
+    assert!(Cosigners::new([w1.clone()]).verify(&moved).is_err());
+    assert!(python_verdict(&log_key, moved.as_bytes(), &[w1]).is_none());
+
+    // A fork: a tree of the cosigned size with another root, validly signed by the ledger's own key.
+    let ledger_key = ledger.signing_key();
+    let fork = Checkpoint::new(ORIGIN, s2, toolledger_merkle::leaf_hash(b"another history"))
+        .sign(&[&ledger_key])
+        .unwrap();
+    assert!(Checkpoint::open_for(&fork, ORIGIN, &log_verifiers).is_ok());
+    let (status, content_type, body) = witnesses[0].post(s2, &[], &fork);
+    assert_eq!(
+        (status, content_type.as_str(), body.as_str()),
+        (409, "text/x.tlog.size", &*format!("{s2}\n"))
+    );
+    // A fork that grows: the genuine proof from s2 does not lead to a forged root of size s3.
+    let grown_fork = Checkpoint::new(ORIGIN, s3, toolledger_merkle::leaf_hash(b"another history"))
+        .sign(&[&ledger_key])
+        .unwrap();
+    let (status, _, body) = witnesses[0].post(s2, &proof23, &grown_fork);
+    assert_eq!(status, 422, "{body}");
+    // Never cosigned: the witness's next cosignature is over the genuine history.
+    let next = witnesses[0].add(s2, &proof23, &c3).unwrap();
+    assert_eq!(
+        Cosigners::new([keys[0].clone()])
+            .verify(&format!("{c3}{next}"))
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // The other refusals of tlog-witness, over the wire.
+    let stranger = NoteSigner::generate(ORIGIN).unwrap();
+    let unsigned = Checkpoint::parse_body(&Note::parse(&c3).unwrap().text)
+        .unwrap()
+        .sign(&[&stranger])
+        .unwrap();
+    assert_eq!(witnesses[1].post(s2, &proof23, &unsigned).0, 403);
+    let other_log = NoteSigner::generate("someone.else/log").unwrap();
+    let unknown = Checkpoint::new("someone.else/log", 5, [1; 32])
+        .sign(&[&other_log])
+        .unwrap();
+    assert_eq!(witnesses[1].post(0, &[], &unknown).0, 404);
+    assert_eq!(witnesses[1].post(s3 + 1, &[], &c3).0, 400);
+    match witnesses[1].add(s1, &proof12, &c2) {
+        Err(toolledger_witness::Error::Conflict { witness_size }) => assert_eq!(witness_size, s2),
+        other => panic!("a stale old size is a conflict: {other:?}"),
+    }
+
+    // kill -9, restart: the witness still holds s2 and refuses to be rolled back to s1.
+    witnesses[1].kill9();
+    witnesses[1].restart();
+    let (status, content_type, body) = witnesses[1].post(0, &[], &c1);
+    assert_eq!(
+        (status, content_type.as_str(), body.as_str()),
+        (409, "text/x.tlog.size", &*format!("{s2}\n"))
+    );
+    assert_eq!(witnesses[1].post(s1, &[], &c1).0, 409);
+    let line = witnesses[1].add(s2, &proof23, &c3).unwrap();
+    assert_eq!(
+        Cosigners::new([keys[1].clone()])
+            .verify(&format!("{c3}{line}"))
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // Two requests racing from the same old size: the check and the write are one step, so exactly
+    // one is cosigned and the other sees the new size.
+    let addr = witnesses[2].addr;
+    let racers: Vec<_> = (0..2)
+        .map(|_| {
+            let (c3, proof) = (c3.clone(), proof23.clone());
+            std::thread::spawn(move || post_to(addr, s2, &proof, &c3).0)
+        })
+        .collect();
+    let mut statuses: Vec<u16> = racers.into_iter().map(|t| t.join().unwrap()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 409]);
+
+    for witness in &mut witnesses {
+        let child = &mut witness.child;
+        let status = child.terminate(Duration::from_secs(10)).expect("witness stops");
+        assert!(status.success(), "{}", child.stderr());
+    }
+    println!("witness test done in {:?}", started.elapsed());
+}
