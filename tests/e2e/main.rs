@@ -19,6 +19,7 @@ mod otlp;
 mod project;
 mod query;
 mod replay;
+mod sdk_python;
 mod secrets;
 mod sql;
 mod tools;
