@@ -640,7 +640,9 @@ fn map_group(
         decl,
     );
     // A declaration differs between spans that describe the tool differently; its content is in
-    // its id, so each version is its own event rather than a conflicting repeat.
+    // its id, so each version is its own event rather than a conflicting repeat. Every call of the
+    // tool declares it again, so the event carries nothing of the call (no time, no trace context):
+    // each repeat is identical, a duplicate ingest drops, not a conflict it quarantines.
     let version = digest(&[&declared.to_string()], 16);
     events.push(ctx.event(
         EventClass::ToolDeclared,
@@ -683,8 +685,13 @@ fn map_group(
     }
 
     let traceparent = format!("00-{}-{}-{:02x}", root.trace_id, root.span_id, root.trace_flags);
+    if let Some(declared) = events[0].as_object_mut() {
+        declared.remove("time");
+    }
     for event in &mut events {
-        event["traceparent"] = json!(traceparent);
+        if event["type"] != EventClass::ToolDeclared.as_str() {
+            event["traceparent"] = json!(traceparent);
+        }
         if let Err(error) = toolledger_schemas::validate_event(event) {
             return Err(format!(
                 "mapped {} event is invalid: {error}",
@@ -754,6 +761,23 @@ mod tests {
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         );
         assert_eq!(batch.events[4]["data"]["content"][0]["text"], "found");
+    }
+
+    #[test]
+    fn a_tool_called_again_is_declared_identically() {
+        let mut later = tool("c7ad6b7169203332", None);
+        later.trace_id = "1af7651916cd43dd8448eb211c80319d".into();
+        later.start_unix_nanos += 60_000_000_000;
+        later.end_unix_nanos += 60_000_000_000;
+        let first = map_spans(
+            &Options::new("acme"),
+            &[tool("b7ad6b7169203331", None)],
+            &Recent::new(8),
+            Hold::Servers,
+        );
+        let second = map_spans(&Options::new("acme"), &[later], &Recent::new(8), Hold::Servers);
+        assert_eq!(first.events[0]["type"], "tool.declared");
+        assert_eq!(first.events[0], second.events[0]);
     }
 
     #[test]

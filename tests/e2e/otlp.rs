@@ -213,6 +213,12 @@ fn sdk_spans_over_http_and_grpc_are_reconstructed_once_with_scrubbed_arguments()
 
     // The same spans again (same run tag: same trace and span ids): duplicates, no new entry.
     let before = settled(&nats_url);
+    // Every tool is declared again by each run's spans: identical repeats, not conflicts.
+    let quarantined = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(&nats_url).await.unwrap());
+        crate::fixture::stream_state(&js, "ATL_QUARANTINE").await.messages
+    });
+    assert_eq!(quarantined, 0, "the receiver's events were quarantined");
     let again = run_client("sdk_client.py", "http", &http, "http-1", &[]);
     assert_eq!(again["tool_calls"], over_http["tool_calls"]);
     assert_eq!(settled(&nats_url), before, "a re-sent batch added entries");
