@@ -5,6 +5,8 @@
 //!
 //! ```text
 //! suites: ingest   ingest vs a pass-through relay vs raw JetStream publish
+//!         otlp     tool-call spans through the OTLP receiver into the ledger vs ingest's own rate
+//!                  for the same events published straight
 //!         latency  publish ─▶ queryable p50/p99/p99.9 at offered loads; maximum sustained rate
 //!         rebuild  projector rebuild vs raw SQLite insert
 //!         export   Parquet export vs raw arrow write
@@ -22,6 +24,7 @@ pub mod workload;
 
 mod bulk;
 mod offline;
+mod otlp;
 mod pipeline;
 
 use std::path::PathBuf;
@@ -30,8 +33,8 @@ use std::time::Instant;
 use report::{Report, Section};
 
 /// Every suite, in the order a full run takes them.
-pub const SUITES: [&str; 9] = [
-    "ingest", "latency", "poison", "burst", "rebuild", "export", "verify", "bulk", "soak",
+pub const SUITES: [&str; 10] = [
+    "ingest", "otlp", "latency", "poison", "burst", "rebuild", "export", "verify", "bulk", "soak",
 ];
 
 /// What to run and how big.
@@ -145,6 +148,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         let suite_started = Instant::now();
         let mut section: Section = match *suite {
             "ingest" => pipeline::ingest(&options).await?,
+            "otlp" => otlp::otlp(&options).await?,
             "latency" => pipeline::latency(&options).await?,
             "poison" => pipeline::poison(&options).await?,
             "burst" => pipeline::burst(&options).await?,

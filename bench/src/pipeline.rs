@@ -360,54 +360,82 @@ async fn ingest_in_process(
     js: &jetstream::Context,
     work_dir: &Path,
 ) -> anyhow::Result<(Duration, Duration)> {
-    let data = tempfile::Builder::new().prefix("ingest-").tempdir_in(work_dir)?;
-    let key = data.path().join("keys/checkpoint.key");
-    std::fs::create_dir_all(data.path().join("keys"))?;
-    toolledger_merkle::NoteSigner::generate("toolledger/ATL_LEDGER")?.save(&key)?;
-    let telemetry = Telemetry::new();
-    let metrics = telemetry.register(IngestMetrics::register);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let started = Instant::now();
-    let task = tokio::spawn(session::run(
-        Connector {
-            url: server.url(),
-            name: "bench-ingest".into(),
-        },
-        IngestSettings::new(data.path()),
-        metrics,
-        Health::default(),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let ingest = InProcessIngest::start(server, work_dir)?;
     let deadline = Instant::now() + IDLE_BOUND.max(Duration::from_secs(600));
     while stream_messages(js, INBOUND).await? > 0 {
         anyhow::ensure!(
-            Instant::now() < deadline && !task.is_finished(),
+            Instant::now() < deadline && !ingest.task.is_finished(),
             "ingest did not empty ATL_INBOUND"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = started.elapsed();
-    let _ = stop.send(());
-    task.await??;
-    let appending = metric_value(
-        &telemetry.encode_metrics(),
-        "toolledger_ingest_append_latency_seconds_sum",
-    )
-    .unwrap_or(f64::NAN);
-    Ok((elapsed, Duration::from_secs_f64(appending.max(0.0))))
+    let appending = ingest.stop().await?;
+    Ok((elapsed, appending))
+}
+
+/// The real ingest service (`session::run`, default settings) running in this process on a fresh
+/// data directory in the work directory, until [`InProcessIngest::stop`].
+pub(crate) struct InProcessIngest {
+    stop: tokio::sync::oneshot::Sender<()>,
+    pub(crate) task: tokio::task::JoinHandle<toolledger_ingest::Result<()>>,
+    telemetry: Telemetry,
+    _data: tempfile::TempDir,
+}
+
+impl InProcessIngest {
+    /// Starts it against `server`.
+    pub(crate) fn start(server: &Server, work_dir: &Path) -> anyhow::Result<Self> {
+        let data = tempfile::Builder::new().prefix("ingest-").tempdir_in(work_dir)?;
+        let key = data.path().join("keys/checkpoint.key");
+        std::fs::create_dir_all(data.path().join("keys"))?;
+        toolledger_merkle::NoteSigner::generate("toolledger/ATL_LEDGER")?.save(&key)?;
+        let telemetry = Telemetry::new();
+        let metrics = telemetry.register(IngestMetrics::register);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(session::run(
+            Connector {
+                url: server.url(),
+                name: "bench-ingest".into(),
+            },
+            IngestSettings::new(data.path()),
+            metrics,
+            Health::default(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Ok(Self {
+            stop,
+            task,
+            telemetry,
+            _data: data,
+        })
+    }
+
+    /// Stops it; returns the time it spent appending to the ledger (its `append_latency` sum).
+    pub(crate) async fn stop(self) -> anyhow::Result<Duration> {
+        let _ = self.stop.send(());
+        self.task.await??;
+        let appending = metric_value(
+            &self.telemetry.encode_metrics(),
+            "toolledger_ingest_append_latency_seconds_sum",
+        )
+        .unwrap_or(f64::NAN);
+        Ok(Duration::from_secs_f64(appending.max(0.0)))
+    }
 }
 
 /// CPU time of this process and of the nats-server since a start point, from /proc.
-struct CpuClock {
+pub(crate) struct CpuClock {
     server: Option<u32>,
     own_start: f64,
     server_start: f64,
 }
 
 impl CpuClock {
-    fn start(server: Option<u32>) -> Self {
+    pub(crate) fn start(server: Option<u32>) -> Self {
         Self {
             server,
             own_start: cpu_seconds("self"),
@@ -415,7 +443,7 @@ impl CpuClock {
         }
     }
 
-    fn own_seconds(&self) -> f64 {
+    pub(crate) fn own_seconds(&self) -> f64 {
         cpu_seconds("self") - self.own_start
     }
 
@@ -1900,7 +1928,7 @@ async fn publish_scheduled(
     })
 }
 
-async fn stream_messages(js: &jetstream::Context, name: &str) -> anyhow::Result<u64> {
+pub(crate) async fn stream_messages(js: &jetstream::Context, name: &str) -> anyhow::Result<u64> {
     Ok(js.get_stream(name).await?.info().await?.state.messages)
 }
 

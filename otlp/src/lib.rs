@@ -40,6 +40,7 @@ use toolledger_wire::produce;
 use toolledger_wire::{Mode, Tenant};
 
 pub use metrics::OtlpMetrics;
+pub use spans::spans_of;
 
 /// Why the receiver cannot start.
 #[derive(Debug, thiserror::Error)]

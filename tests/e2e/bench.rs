@@ -83,8 +83,8 @@ fn assert_figures_complete(section: &Value) {
 
 #[test]
 fn smoke_run_of_the_pipeline_suites_reports_every_figure_and_target() {
-    let report = smoke("ingest,latency,poison,burst,soak");
-    for id in ["ingest", "latency", "poison", "burst", "soak"] {
+    let report = smoke("ingest,otlp,latency,poison,burst,soak");
+    for id in ["ingest", "otlp", "latency", "poison", "burst", "soak"] {
         let section = section(&report, id);
         assert_figures_complete(section);
         assert!(!section["method"].as_str().unwrap().is_empty());
