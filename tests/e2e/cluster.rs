@@ -23,6 +23,7 @@ use toolledger_testkit::{CLUSTER_SIZE, ChildProcess, NatsCluster, workspace_root
 use toolledger_wire::streams::{self, ContractSettings};
 use toolledger_wire::{LedgerEntry, Mode, produce};
 
+use crate::fixture::{Rng, fault_seed};
 use crate::init::{SECRETS, answered, login_at, quick, run, secret, settings_with, stored};
 use crate::toolledger;
 
@@ -34,35 +35,6 @@ const INBOUND_MAX_BYTES: &str = "268435456";
 const CYCLES: usize = 20;
 /// Leader kills in the on-demand soak run.
 const SOAK_CYCLES: usize = 120;
-
-/// splitmix64: replayable delays and choices from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn between(&mut self, low_ms: u64, high_ms: u64) -> Duration {
-        Duration::from_millis(low_ms + self.next_u64() % (high_ms - low_ms))
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("TOOLLEDGER_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        })
-}
 
 /// Every identity of the shipped configuration but admin, with its password's variable.
 const IDENTITIES: [(&str, &str); 7] = [
@@ -215,7 +187,7 @@ async fn produce_all(
 }
 
 async fn cluster_leader_kills(cycles: usize, sessions: usize) {
-    let seed = seed();
+    let seed = fault_seed();
     println!("cluster fault seed {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it), {cycles} leader kills");
     let mut rng = Rng(seed);
     let mut cluster = tokio::task::block_in_place(|| NatsCluster::start(&env_secrets()));

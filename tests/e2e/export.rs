@@ -13,26 +13,12 @@ use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::{ChildProcess, NatsFixture, entry_bytes};
 use toolledger_wire::streams::{self, CHECKPOINTS_SUBJECT, ContractSettings};
 
-use crate::fixture::python_json;
+use crate::fixture::{Rng, fault_seed, python_json};
 use crate::toolledger;
 
 /// STYLE.md asks for at least 20 kills.
 const CYCLES: usize = 24;
 const ORIGIN: &str = "toolledger/ATL_LEDGER";
-
-/// splitmix64: replayable delays from the printed seed.
-struct Delays(u64);
-
-impl Delays {
-    fn between(&mut self, low_ms: u64, high_ms: u64) -> Duration {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        Duration::from_millis(low_ms + z % (high_ms - low_ms))
-    }
-}
 
 /// Appends `events` in chunks with a signed checkpoint after each, pausing between chunks so the
 /// ledger grows while the exporter is being killed. Returns the last sequence.
@@ -109,17 +95,9 @@ print(json.dumps({"rows": len(seqs), "distinct": len(set(seqs)), "min": min(seqs
 
 #[test]
 fn kill9_under_load_leaves_every_event_exactly_once_and_verify_parquet_passes() {
-    let seed: u64 = std::env::var("TOOLLEDGER_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = fault_seed();
     println!("export kill test seed: {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
-    let mut delays = Delays(seed);
+    let mut delays = Rng(seed);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let nats = NatsFixture::start();
     let url = nats.url();

@@ -10,36 +10,11 @@ use toolledger_testkit::{ChildProcess, NatsFixture};
 use toolledger_wire::streams::{INBOUND, LEDGER};
 use toolledger_wire::{LedgerEntry, Mode, produce};
 
+use crate::fixture::{Rng, fault_seed};
 use crate::toolledger;
 
 /// Kill cycles per run (STYLE.md asks for at least 20).
 const CYCLES: usize = 20;
-
-/// xorshift64*: enough randomness for delays, replayable from the printed seed.
-struct Delays(u64);
-
-impl Delays {
-    fn between(&mut self, low_ms: u64, high_ms: u64) -> Duration {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let r = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        Duration::from_millis(low_ms + r % (high_ms - low_ms))
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("TOOLLEDGER_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        })
-}
 
 /// Runs a `toolledger` tool to completion with the test's data directory; panics on failure.
 fn tool(args: &[&str], data_dir: &std::path::Path) -> String {
@@ -96,9 +71,9 @@ async fn inbound_messages(js: &jetstream::Context) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_killed_at_random_moments_loses_and_duplicates_nothing() {
-    let seed = seed();
+    let seed = fault_seed();
     println!("fault seed {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
-    let mut delays = Delays(seed);
+    let mut delays = Rng(seed);
     let nats = NatsFixture::start();
     let js = jetstream::new(nats.client().await);
     let data = tempfile::tempdir().unwrap();

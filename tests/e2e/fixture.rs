@@ -179,3 +179,35 @@ pub(crate) fn python_json(script: &str, args: &[&str]) -> Value {
     );
     serde_json::from_slice(&output.stdout).unwrap()
 }
+
+/// splitmix64: the fault tests' replayable delays and choices, from the seed they print.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A delay in `[low_ms, high_ms)`.
+    pub(crate) fn between(&mut self, low_ms: u64, high_ms: u64) -> Duration {
+        Duration::from_millis(low_ms + self.next_u64() % (high_ms - low_ms))
+    }
+}
+
+/// The fault tests' seed: `TOOLLEDGER_FAULT_SEED` replays a run, else the clock's.
+pub(crate) fn fault_seed() -> u64 {
+    std::env::var("TOOLLEDGER_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+}

@@ -13,37 +13,12 @@ use toolledger_projector::{Generations, Store};
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::{ChildProcess, NatsFixture, append_events};
 
+use crate::fixture::{Rng, fault_seed};
 use crate::toolledger;
 
 /// At least this many kills (STYLE.md asks for 20); more while the catch-up is not done, bounded.
 const MIN_CYCLES: usize = 20;
 const MAX_CYCLES: usize = 45;
-
-/// splitmix64: replayable delays from the printed seed.
-struct Delays(u64);
-
-impl Delays {
-    fn between(&mut self, low_ms: u64, high_ms: u64) -> Duration {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        Duration::from_millis(low_ms + z % (high_ms - low_ms))
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("TOOLLEDGER_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        })
-}
 
 /// The current generation's position (0 before there is one).
 fn position(data_dir: &Path) -> u64 {
@@ -67,9 +42,9 @@ fn project(url: &str, data_dir: &Path, args: &[&str]) -> ChildProcess {
 
 #[test]
 fn kill9_during_catch_up_then_rebuild_equals_the_incremental_projection() {
-    let seed = seed();
+    let seed = fault_seed();
     println!("project kill test seed: {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
-    let mut delays = Delays(seed);
+    let mut delays = Rng(seed);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let nats = NatsFixture::start();
     let generated = generate(&GeneratorConfig {
@@ -253,9 +228,9 @@ fn kill9_during_catch_up_then_rebuild_equals_the_incremental_projection() {
 /// rebuild with every entry exactly once.
 #[test]
 fn a_projector_frozen_at_random_while_the_ledger_grows_catches_up_and_equals_a_rebuild() {
-    let seed = seed();
+    let seed = fault_seed();
     println!("slow projector seed: {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
-    let mut delays = Delays(seed);
+    let mut delays = Rng(seed);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let nats = NatsFixture::start();
     let events = generate(&GeneratorConfig {

@@ -21,7 +21,7 @@ use toolledger_testkit::{ChildProcess, NatsFixture, python, workspace_root};
 use toolledger_wire::LedgerEntry;
 use toolledger_wire::streams::{LEDGER, QUARANTINE};
 
-use crate::fixture::Up;
+use crate::fixture::{Rng, Up, fault_seed};
 use crate::toolledger;
 
 /// Kill cycles (STYLE.md: at least 20 for a fault test).
@@ -75,31 +75,6 @@ fn emitted(stdout: &str) -> Vec<String> {
         .filter_map(|l| l.strip_prefix("E "))
         .map(str::to_owned)
         .collect()
-}
-
-/// xorshift64*: replayable delays from the printed seed.
-struct Delays(u64);
-
-impl Delays {
-    fn between(&mut self, low_ms: u64, high_ms: u64) -> Duration {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        Duration::from_millis(low_ms + self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % (high_ms - low_ms))
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("TOOLLEDGER_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        })
 }
 
 /// A nats-server with the contract `init` creates and an ingest running against it.
@@ -258,9 +233,9 @@ fn sdk_python_events_validate_under_the_official_and_project_schemas() {
 
 #[test]
 fn sdk_python_producer_killed_at_random_moments_loses_and_duplicates_nothing() {
-    let seed = seed();
+    let seed = fault_seed();
     println!("sdk kill seed {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
-    let mut delays = Delays(seed);
+    let mut delays = Rng(seed);
     let mut ledger = Ledger::start();
     let url = ledger.nats.url();
     let spool_dir = tempfile::tempdir().unwrap();

@@ -95,11 +95,7 @@ impl fmt::Debug for CosignatureSigner {
 impl CosignatureSigner {
     /// A new key for the witness named `name`, from the operating system's randomness.
     pub fn generate(name: &str) -> Result<Self> {
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| Error::Randomness {
-            reason: e.to_string(),
-        })?;
-        Self::from_seed(name, seed)
+        Self::from_seed(name, crate::note::random_seed()?)
     }
 
     /// The key with this Ed25519 seed.
@@ -149,29 +145,13 @@ impl CosignatureSigner {
 
     /// Reads a key file holding one signer key string.
     pub fn load(path: &std::path::Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::KeyFile {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(text.trim())
+        Self::parse(&crate::note::read_key_file(path)?)
     }
 
     /// Writes the signer key string to a new file readable only by its owner, synced; an existing file
     /// is never overwritten (a witness that loses its key loses its identity).
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
-        use std::io::Write;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let io_err = |source| Error::KeyFile {
-            path: path.display().to_string(),
-            source,
-        };
-        let mut file = options.open(path).map_err(io_err)?;
-        file.write_all(format!("{}\n", self.to_private_key_string()).as_bytes())
-            .map_err(io_err)?;
-        file.sync_all().map_err(io_err)
+        crate::note::write_key_file(path, &self.to_private_key_string())
     }
 
     /// The witness name.

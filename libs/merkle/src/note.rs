@@ -101,11 +101,7 @@ impl fmt::Debug for NoteSigner {
 impl NoteSigner {
     /// A new key named `name` from the operating system's randomness.
     pub fn generate(name: &str) -> Result<Self> {
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| Error::Randomness {
-            reason: e.to_string(),
-        })?;
-        Self::from_seed(name, seed)
+        Self::from_seed(name, random_seed()?)
     }
 
     /// The key with this Ed25519 seed (RFC 8032 private key).
@@ -159,29 +155,13 @@ impl NoteSigner {
 
     /// Reads a signer key file (one signer key string).
     pub fn load(path: &std::path::Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::KeyFile {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(text.trim())
+        Self::parse(&read_key_file(path)?)
     }
 
     /// Writes the signer key string to a new file readable only by its owner; an existing file is
     /// never overwritten (losing a signing key is not recoverable).
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
-        use std::io::Write;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let io_err = |source| Error::KeyFile {
-            path: path.display().to_string(),
-            source,
-        };
-        let mut file = options.open(path).map_err(io_err)?;
-        file.write_all(format!("{}\n", self.to_private_key_string()).as_bytes())
-            .map_err(io_err)?;
-        file.sync_all().map_err(io_err)
+        write_key_file(path, &self.to_private_key_string())
     }
 
     /// The key name.
@@ -469,6 +449,41 @@ impl fmt::Display for Verifiers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.keys.iter().try_for_each(|k| writeln!(f, "{k}"))
     }
+}
+
+/// 32 bytes of the operating system's randomness: a new Ed25519 seed.
+pub(crate) fn random_seed() -> Result<[u8; 32]> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| Error::Randomness {
+        reason: e.to_string(),
+    })?;
+    Ok(seed)
+}
+
+/// A key file's one key string, trimmed.
+pub(crate) fn read_key_file(path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::KeyFile {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(text.trim().to_owned())
+}
+
+/// Writes `key` (a private key string) to a new file readable only by its owner, synced; an
+/// existing file is never overwritten (a lost signing key is not recoverable).
+pub(crate) fn write_key_file(path: &std::path::Path, key: &str) -> Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let io_err = |source| Error::KeyFile {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut file = options.open(path).map_err(io_err)?;
+    file.write_all(format!("{key}\n").as_bytes()).map_err(io_err)?;
+    file.sync_all().map_err(io_err)
 }
 
 #[cfg(test)]
