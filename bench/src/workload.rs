@@ -10,7 +10,6 @@ use chrono::{TimeZone, Utc};
 use serde_json::Value;
 use toolledger_core::nats_server::{NatsServer, NatsServerSpec};
 use toolledger_ingest::append::PendingEntry;
-use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_wire::{LedgerEntry, Mode, produce};
 
 /// The tenants of every generated workload.
@@ -24,21 +23,7 @@ pub fn events(count: usize, seed: u64) -> Vec<Value> {
 
 /// [`events`] of `tenants` instead of the workload's own.
 pub fn events_of(tenants: &[&str], count: usize, seed: u64) -> Vec<Value> {
-    let mut events = Vec::with_capacity(count);
-    let mut seed = seed;
-    while events.len() < count {
-        let generated = generate(&GeneratorConfig {
-            seed,
-            sessions: 10,
-            tenants: tenants.iter().map(|t| (*t).to_owned()).collect(),
-            extra_invocations: 5,
-            ..GeneratorConfig::default()
-        });
-        events.extend(generated.events);
-        seed += 1;
-    }
-    events.truncate(count);
-    events
+    toolledger_schemas::generator::workload(tenants, count, seed)
 }
 
 /// The ledger entries ingest appends for `events` (canonical RFC 8785 bytes, subject

@@ -23,28 +23,13 @@ use toolledger_ingest::payload::{BlobStore, OffloadConfig, Offloader};
 use toolledger_ingest::pipeline::entry_for_message;
 use toolledger_ingest::quarantine::Original;
 use toolledger_ingest::scrub::{ScrubConfig, ScrubKey, Scrubber};
-use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_wire::{Mode, produce};
 
 /// The bench workload's tenants (bench/src/workload.rs).
 const TENANTS: [&str; 3] = ["acme", "globex", "initech"];
 
 fn workload(count: usize) -> Vec<Value> {
-    let mut events = Vec::with_capacity(count);
-    let mut seed = 1;
-    while events.len() < count {
-        let generated = generate(&GeneratorConfig {
-            seed,
-            sessions: 10,
-            tenants: TENANTS.iter().map(|t| (*t).to_owned()).collect(),
-            extra_invocations: 5,
-            ..GeneratorConfig::default()
-        });
-        events.extend(generated.events);
-        seed += 1;
-    }
-    events.truncate(count);
-    events
+    toolledger_schemas::generator::workload(&TENANTS, count, 1)
 }
 
 /// Every event with a command line, a URL and an `env` object holding secrets (under `data`, where

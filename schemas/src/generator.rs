@@ -395,6 +395,27 @@ pub struct PlantedAnomaly {
     pub event_id: String,
 }
 
+/// `count` events of the benchmark workload for `tenants`: the sessions of seeds `seed`, `seed + 1`,
+/// … (10 sessions a seed, 5 extra invocations), the generator's mix of classes and sizes, sessions
+/// kept whole except the last. What `toolledger bench` and ingest's cost examples measure over.
+pub fn workload(tenants: &[&str], count: usize, seed: u64) -> Vec<Value> {
+    let mut events = Vec::with_capacity(count);
+    let mut seed = seed;
+    while events.len() < count {
+        let generated = generate(&GeneratorConfig {
+            seed,
+            sessions: 10,
+            tenants: tenants.iter().map(|t| (*t).to_owned()).collect(),
+            extra_invocations: 5,
+            ..GeneratorConfig::default()
+        });
+        events.extend(generated.events);
+        seed += 1;
+    }
+    events.truncate(count);
+    events
+}
+
 /// Generates sessions as configured. Deterministic in the config.
 pub fn generate(config: &GeneratorConfig) -> Generated {
     let mut g = Gen::new(config);
