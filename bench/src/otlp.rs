@@ -630,6 +630,47 @@ impl Landed {
     }
 }
 
+/// Waits for ingest to take the warm-up; the ledger as it then stands, none of it quarantined.
+async fn warmed_up(
+    js: &jetstream::Context,
+    ingest: &InProcessIngest,
+    workload: &Workload,
+) -> anyhow::Result<Landed> {
+    drained(js, ingest).await?;
+    let before = Landed::read(js).await?.holds(workload.warm_up_entries)?;
+    anyhow::ensure!(
+        before.quarantined() == 0,
+        "the warm-up was quarantined: {before:?}"
+    );
+    Ok(before)
+}
+
+/// Ends a timed phase that started at `started` and had every message sent at `answered`: waits
+/// for ingest to take them all, and checks the ledger holds every entry.
+async fn landed(
+    js: &jetstream::Context,
+    ingest: &InProcessIngest,
+    workload: &Workload,
+    before: &Landed,
+    cpu: &CpuClock,
+    started: Instant,
+    answered: Duration,
+) -> anyhow::Result<Timed> {
+    drained(js, ingest).await?;
+    let into_ledger = started.elapsed();
+    let cpu_seconds = cpu.own_seconds();
+    let after = Landed::read(js)
+        .await?
+        .holds(workload.warm_up_entries + workload.entries)?;
+    Ok(Timed {
+        into_ledger,
+        answered,
+        cpu_seconds,
+        receipts: after.receipts - before.receipts,
+        quarantined: after.quarantined,
+    })
+}
+
 async fn through_receiver(options: &Options, workload: &Workload) -> anyhow::Result<Timed> {
     let (server, js, ingest) = fresh(options).await?;
     let mut config = Config::default();
@@ -649,35 +690,18 @@ async fn through_receiver(options: &Options, workload: &Workload) -> anyhow::Res
     .await?;
     let addr = running.http_addr;
     export(addr, std::slice::from_ref(&workload.warm_up), 1).await?;
-    drained(&js, &ingest).await?;
-    let before = Landed::read(&js).await?.holds(workload.warm_up_entries)?;
-    anyhow::ensure!(
-        before.quarantined() == 0,
-        "the warm-up was quarantined: {before:?}"
-    );
+    let before = warmed_up(&js, &ingest, workload).await?;
 
     let cpu = CpuClock::start(server.server.pid());
     let started = Instant::now();
     export(addr, &workload.bodies, IN_FLIGHT).await?;
     let answered = started.elapsed();
-    drained(&js, &ingest).await?;
-    let into_ledger = started.elapsed();
-    let cpu_seconds = cpu.own_seconds();
-    let after = Landed::read(&js)
-        .await?
-        .holds(workload.warm_up_entries + workload.entries)?;
-
+    let timed = landed(&js, &ingest, workload, &before, &cpu, started, answered).await?;
     let _ = stop.send(());
     running.task.await?;
     ingest.stop().await?;
     drop(server);
-    Ok(Timed {
-        into_ledger,
-        answered,
-        cpu_seconds,
-        receipts: after.receipts - before.receipts,
-        quarantined: after.quarantined,
-    })
+    Ok(timed)
 }
 
 async fn straight_to_inbox(options: &Options, workload: &Workload) -> anyhow::Result<Timed> {
@@ -688,12 +712,7 @@ async fn straight_to_inbox(options: &Options, workload: &Workload) -> anyhow::Re
         "warm-up publish failed: {:?}",
         warm_up.failed
     );
-    drained(&js, &ingest).await?;
-    let before = Landed::read(&js).await?.holds(workload.warm_up_entries)?;
-    anyhow::ensure!(
-        before.quarantined() == 0,
-        "the warm-up was quarantined: {before:?}"
-    );
+    let before = warmed_up(&js, &ingest, workload).await?;
     let requests = workload.events.clone();
 
     let cpu = CpuClock::start(server.server.pid());
@@ -709,22 +728,10 @@ async fn straight_to_inbox(options: &Options, workload: &Workload) -> anyhow::Re
         );
     }
     let answered = started.elapsed();
-    drained(&js, &ingest).await?;
-    let into_ledger = started.elapsed();
-    let cpu_seconds = cpu.own_seconds();
-    let after = Landed::read(&js)
-        .await?
-        .holds(workload.warm_up_entries + workload.entries)?;
-
+    let timed = landed(&js, &ingest, workload, &before, &cpu, started, answered).await?;
     ingest.stop().await?;
     drop(server);
-    Ok(Timed {
-        into_ledger,
-        answered,
-        cpu_seconds,
-        receipts: after.receipts - before.receipts,
-        quarantined: after.quarantined,
-    })
+    Ok(timed)
 }
 
 /// POSTs every body to the receiver at `addr` as an exporter with `connections` concurrent export
