@@ -228,6 +228,14 @@ pub enum Error {
         /// The sequence it was given.
         got: u64,
     },
+    /// A configured witness cannot be asked: its verifier key does not parse.
+    #[error("witness {url}: {reason}")]
+    WitnessKey {
+        /// The witness's URL.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The Merkle log (tiles, signing) failed.
     #[error("merkle log: {0}")]
     Merkle(#[from] toolledger_merkle::Error),

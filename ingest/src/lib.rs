@@ -13,6 +13,8 @@
 //! - [`append`]: pipelined appends conditional on the ledger's last sequence, with read-back
 //!   reconciliation by leaf hash after any failure.
 //! - [`checkpoint`]: the Merkle tree over the ledger (tiles) and signed checkpoints to ATL_CHECKPOINTS.
+//! - [`witnessing`]: each new checkpoint sent to the configured witnesses; their cosignatures to
+//!   ATL_COSIGNATURES.
 //! - [`dedupe`]: the identity index, duplicate detection for all time, rebuildable from the ledger.
 //! - [`quarantine`]: rejected originals to ATL_QUARANTINE and their receipts.
 //! - [`poison`]: messages the client cannot read, caught after `max_deliver` and fetched raw.
@@ -39,6 +41,7 @@ pub mod poison;
 pub mod quarantine;
 pub mod scrub;
 pub mod session;
+pub mod witnessing;
 
 mod error;
 pub use error::{Error, Result};

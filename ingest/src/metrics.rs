@@ -15,6 +15,13 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// The label of the witness metrics: the witness's name.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WitnessLabel {
+    /// The witness name (its verifier key's name).
+    pub witness: String,
+}
+
 /// Counters and gauges the ingest loop updates.
 #[derive(Clone)]
 pub struct IngestMetrics {
@@ -30,6 +37,10 @@ pub struct IngestMetrics {
     pub last_seq: Gauge,
     /// Seconds from the first publish of a batch to its last ack.
     pub append_latency: Histogram,
+    /// The size of the latest checkpoint each witness cosigned.
+    pub witness_cosigned_size: Family<WitnessLabel, Gauge>,
+    /// Requests to each witness that failed (unreachable, refused, or a bad cosignature).
+    pub witness_failures: Family<WitnessLabel, Counter>,
 }
 
 impl IngestMetrics {
@@ -43,6 +54,8 @@ impl IngestMetrics {
             last_seq: Gauge::default(),
             // 100 µs to ~3 s.
             append_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            witness_cosigned_size: Family::default(),
+            witness_failures: Family::default(),
         };
         let sub = registry.sub_registry_with_prefix("ingest");
         sub.register(
@@ -74,6 +87,16 @@ impl IngestMetrics {
             "append_latency_seconds",
             "Ledger append latency per batch",
             metrics.append_latency.clone(),
+        );
+        sub.register(
+            "witness_cosigned_size",
+            "Size of the latest checkpoint each witness cosigned",
+            metrics.witness_cosigned_size.clone(),
+        );
+        sub.register(
+            "witness_failures",
+            "Failed requests to each witness",
+            metrics.witness_failures.clone(),
         );
         metrics
     }

@@ -65,6 +65,20 @@ fn stream_messages(rt: &tokio::runtime::Runtime, js: &jetstream::Context, stream
     })
 }
 
+/// A data directory with a configuration that checkpoints every 100 ms, `init`ed on `url`.
+fn init(url: &str) -> (tempfile::TempDir, PathBuf) {
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("toolledger.toml");
+    std::fs::write(&config, "[ledger]\ncheckpoint_interval_ms = 100\n").unwrap();
+    let (ok, out, err) = run(
+        data.path(),
+        &config,
+        &["init", "--nats-url", url, "--tenant", "acme"],
+    );
+    assert!(ok, "init failed\n{out}\n{err}");
+    (data, config)
+}
+
 /// A ledger filled by the real pipeline, with every checkpoint ingest signed.
 struct Ledger {
     nats: NatsFixture,
@@ -78,15 +92,7 @@ impl Ledger {
     fn build() -> Self {
         let nats = NatsFixture::start();
         let url = nats.url();
-        let data = tempfile::tempdir().unwrap();
-        let config = data.path().join("toolledger.toml");
-        std::fs::write(&config, "[ledger]\ncheckpoint_interval_ms = 100\n").unwrap();
-        let (ok, out, err) = run(
-            data.path(),
-            &config,
-            &["init", "--nats-url", &url, "--tenant", "acme"],
-        );
-        assert!(ok, "init failed\n{out}\n{err}");
+        let (data, config) = init(&url);
         let events = data.path().join("events.ndjson");
         let (ok, _, err) = run(
             data.path(),
@@ -164,12 +170,7 @@ impl Ledger {
     }
 
     fn verifier_key(&self) -> String {
-        let text = std::fs::read_to_string(self.data.path().join("keys/checkpoint.pub")).unwrap();
-        text.lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty() && !l.starts_with('#'))
-            .unwrap()
-            .to_owned()
+        verifier_key(self.data.path())
     }
 
     fn signing_key(&self) -> NoteSigner {
@@ -209,6 +210,16 @@ impl Ledger {
     }
 }
 
+/// The ledger's checkpoint verifier key, as `toolledger init` wrote it.
+fn verifier_key(data: &Path) -> String {
+    let text = std::fs::read_to_string(data.join("keys/checkpoint.pub")).unwrap();
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap()
+        .to_owned()
+}
+
 /// One `toolledger witness` process with its own state directory.
 struct WitnessProcess {
     dir: tempfile::TempDir,
@@ -216,19 +227,15 @@ struct WitnessProcess {
     child: ChildProcess,
     addr: SocketAddr,
     key: CosignatureVerifier,
+    name: String,
+    log_key: String,
 }
 
 impl WitnessProcess {
     fn start(name: &str, log_key: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("witness.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[witness]\nlisten = \"127.0.0.1:0\"\nname = \"{name}\"\n\n[[witness.logs]]\norigin = \"{ORIGIN}\"\nkeys = [\"{log_key}\"]\n"
-            ),
-        )
-        .unwrap();
+        Self::write_config(&config, name, log_key, "127.0.0.1:0");
         let (child, addr, key) = Self::launch(dir.path(), &config);
         Self {
             dir,
@@ -236,14 +243,28 @@ impl WitnessProcess {
             child,
             addr,
             key,
+            name: name.to_owned(),
+            log_key: log_key.to_owned(),
         }
     }
 
-    /// Starts the process on the same state directory; its address and key come back on a new port.
+    fn write_config(config: &Path, name: &str, log_key: &str, listen: &str) {
+        std::fs::write(
+            config,
+            format!(
+                "[witness]\nlisten = \"{listen}\"\nname = \"{name}\"\n\n[[witness.logs]]\norigin = \"{ORIGIN}\"\nkeys = [\"{log_key}\"]\n"
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Starts the process again on the same state directory and port; the key survives.
     fn restart(&mut self) {
+        Self::write_config(&self.config, &self.name, &self.log_key, &self.addr.to_string());
         let (child, addr, key) = Self::launch(self.dir.path(), &self.config);
         assert_eq!(key, self.key, "the key survives a restart");
-        (self.child, self.addr) = (child, addr);
+        assert_eq!(addr, self.addr);
+        self.child = child;
     }
 
     fn launch(dir: &Path, config: &Path) -> (ChildProcess, SocketAddr, CosignatureVerifier) {
@@ -489,4 +510,188 @@ fn three_witnesses_cosign_a_ledger_and_refuse_forks_and_rollbacks() {
         assert!(status.success(), "{}", child.stderr());
     }
     println!("witness test done in {:?}", started.elapsed());
+}
+
+/// The latest checkpoint once each of `witnesses` has cosigned it (or a later one): its size, its
+/// note, and each witness's message from ATL_COSIGNATURES, in the witnesses' order.
+fn cosigned_by(
+    rt: &tokio::runtime::Runtime,
+    js: &jetstream::Context,
+    witnesses: &[&CosignatureVerifier],
+    at_least: u64,
+) -> (u64, String, Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let found = rt.block_on(async {
+            let latest = toolledger_ledger::last_stored_message(js, "ATL_CHECKPOINTS", ">")
+                .await
+                .unwrap()?;
+            let note = String::from_utf8(latest.payload.to_vec()).unwrap();
+            let size = Checkpoint::parse_body(&Note::parse(&note).unwrap().text)
+                .unwrap()
+                .size;
+            if size < at_least {
+                return None;
+            }
+            let mut messages = Vec::new();
+            for witness in witnesses {
+                let subject = format!("atl.cosignatures.{size}.{:08x}", witness.key_id());
+                let message = toolledger_ledger::last_stored_message(js, "ATL_COSIGNATURES", &subject)
+                    .await
+                    .unwrap()?;
+                messages.push(String::from_utf8(message.payload.to_vec()).unwrap());
+            }
+            Some((size, note, messages))
+        });
+        if let Some(found) = found {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint of size ≥ {at_least} cosigned by all of {:?}",
+            witnesses.iter().map(|w| w.name()).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `toolledger doctor --json`'s `witnesses` check: (status, detail).
+fn doctor_witnesses(data: &Path, config: &Path, url: &str) -> (String, String) {
+    let (_, out, err) = run(
+        data,
+        config,
+        &["doctor", "--json", "--nats-url", url, "--witness-lag-secs", "1"],
+    );
+    let checks: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{out}\n{err}"));
+    let check = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "witnesses")
+        .unwrap_or_else(|| panic!("no witnesses check\n{out}"));
+    (
+        check["status"].as_str().unwrap().to_owned(),
+        check["detail"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn ingest_gathers_cosignatures_and_doctor_names_a_witness_behind() {
+    let started = Instant::now();
+    let nats = NatsFixture::start();
+    let url = nats.url();
+    let (data, config) = init(&url);
+    let log_key = verifier_key(data.path());
+    let log_verifiers = Verifiers::parse(&log_key).unwrap();
+    let mut witnesses: Vec<WitnessProcess> = (1..=3)
+        .map(|i| WitnessProcess::start(&format!("witness.test/l{i}"), &log_key))
+        .collect();
+    let mut toml = "[ledger]\ncheckpoint_interval_ms = 100\nwitness_quorum = 2\n".to_owned();
+    for witness in &witnesses {
+        toml.push_str(&format!(
+            "\n[[ledger.witnesses]]\nurl = \"{}\"\nkey = \"{}\"\n",
+            witness.url(),
+            witness.key
+        ));
+    }
+    std::fs::write(&config, toml).unwrap();
+    let events = data.path().join("events.ndjson");
+    let (ok, _, err) = run(
+        data.path(),
+        &config,
+        &["demo-data", "--seed", "12", "--out", events.to_str().unwrap()],
+    );
+    assert!(ok, "{err}");
+    let text = std::fs::read_to_string(&events).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let parts: Vec<&[&str]> = lines.chunks(lines.len().div_ceil(2)).collect();
+
+    let rt = runtime();
+    let js = rt.block_on(async { jetstream::new(nats.client().await) });
+    let mut ingest = spawn(data.path(), &config, &["ingest", "--nats-url", &url]);
+    let mut emitted = 0u64;
+    let mut emit = |i: usize, ingest: &mut ChildProcess| {
+        let file = data.path().join(format!("part{i}.ndjson"));
+        std::fs::write(&file, parts[i].join("\n")).unwrap();
+        let (ok, out, err) = run(
+            data.path(),
+            &config,
+            &["emit", file.to_str().unwrap(), "--nats-url", &url],
+        );
+        assert!(ok, "emit failed\n{out}\n{err}");
+        emitted += parts[i].len() as u64;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while stream_messages(&rt, &js, "ATL_LEDGER") < emitted {
+            assert!(Instant::now() < deadline, "ingest is behind\n{}", ingest.stderr());
+            assert!(
+                ingest.try_status().is_none(),
+                "ingest exited\n{}",
+                ingest.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        emitted
+    };
+
+    // Every witness cosigns the checkpoint over the first part; each message of ATL_COSIGNATURES is
+    // the ledger's note plus that witness's line, and the lines join into one note all three sign.
+    let first = emit(0, &mut ingest);
+    let keys: Vec<CosignatureVerifier> = witnesses.iter().map(|w| w.key.clone()).collect();
+    let all: Vec<&CosignatureVerifier> = keys.iter().collect();
+    let (s1, note1, messages) = cosigned_by(&rt, &js, &all, first);
+    let mut joined = note1.clone();
+    for (message, key) in messages.iter().zip(&keys) {
+        assert_eq!(
+            Checkpoint::open_for(message, ORIGIN, &log_verifiers)
+                .unwrap()
+                .size,
+            s1
+        );
+        assert_eq!(Cosigners::new([key.clone()]).verify(message).unwrap().len(), 1);
+        let line = message
+            .strip_prefix(&note1)
+            .expect("the ledger's note, then the line");
+        joined.push_str(line);
+    }
+    assert_eq!(Cosigners::new(keys.clone()).verify(&joined).unwrap().len(), 3);
+    assert!(python_verdict(&log_key, joined.as_bytes(), &all).is_some());
+    let (status, detail) = doctor_witnesses(data.path(), &config, &url);
+    assert_eq!(status, "ok", "{detail}");
+
+    // A witness dies: checkpoints still go out at once and the other two cosign them; doctor names
+    // the one behind, and the quorum of 2 still holds, so it warns.
+    witnesses[2].kill9();
+    let second = emit(1, &mut ingest);
+    let (s2, _, _) = cosigned_by(&rt, &js, &all[..2], second);
+    assert!(s2 > s1);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, detail) = doctor_witnesses(data.path(), &config, &url);
+    assert_eq!(status, "warn", "{detail}");
+    assert!(
+        detail.contains(&format!("witness.test/l3 at size {s1}")) && detail.contains("2 of 3"),
+        "{detail}"
+    );
+
+    // Back on the same port, it is asked again without a restart of ingest and catches up, its old
+    // size proven consistent with the new checkpoint.
+    witnesses[2].restart();
+    let (s3, _, messages) = cosigned_by(&rt, &js, &all, s2);
+    assert!(s3 >= s2);
+    assert_eq!(
+        Cosigners::new([keys[2].clone()])
+            .verify(&messages[2])
+            .unwrap()
+            .len(),
+        1
+    );
+    let (status, detail) = doctor_witnesses(data.path(), &config, &url);
+    assert_eq!(status, "ok", "{detail}");
+
+    let status = ingest.terminate(Duration::from_secs(30)).expect("ingest stops");
+    assert!(status.success(), "{}", ingest.stderr());
+    for witness in &mut witnesses {
+        let _ = witness.child.terminate(Duration::from_secs(10));
+    }
+    println!("witnessed ledger test done in {:?}", started.elapsed());
 }

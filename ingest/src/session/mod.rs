@@ -46,6 +46,7 @@ use crate::pipeline::{self, InFlight, Offloaded, Stages, Verdict};
 use crate::poison;
 use crate::quarantine::{self, Original};
 use crate::scrub::ScrubConfig;
+use crate::witnessing::{Witnessing, WitnessingSettings};
 use crate::{Error, Result};
 
 mod lanes;
@@ -86,6 +87,8 @@ pub struct IngestSettings {
     pub offload: OffloadConfig,
     /// The Merkle tree's checkpoints: origin, cadence, trusted older keys.
     pub checkpoint: CheckpointSettings,
+    /// The witnesses asked to cosign each checkpoint.
+    pub witnessing: WitnessingSettings,
     /// Where the Merkle tiles live (a directory, `file://`, `s3://`, `memory://`).
     pub tiles: String,
     /// The checkpoint signing key made by `toolledger init`.
@@ -120,6 +123,7 @@ impl IngestSettings {
             blob_store_options: Vec::new(),
             offload: OffloadConfig::default(),
             checkpoint: CheckpointSettings::new("toolledger/ATL_LEDGER"),
+            witnessing: WitnessingSettings::default(),
             tiles: data_dir.join("tiles").display().to_string(),
             key_file: data_dir.join("keys/checkpoint.key"),
             max_upload_bytes: 256 * 1024 * 1024,
@@ -130,8 +134,9 @@ impl IngestSettings {
 
 impl IngestSettings {
     /// Settings from the configuration file: data directory, checkpoints, tiles, signing key, blob
-    /// store, offloading and scrubbing; the rest keep their defaults.
-    pub fn from_config(config: &toolledger_core::config::Config) -> Self {
+    /// store, offloading, scrubbing and witnesses; the rest keep their defaults. A witness key that
+    /// does not parse is an error.
+    pub fn from_config(config: &toolledger_core::config::Config) -> Result<Self> {
         let mut settings = Self::new(&config.data_dir);
         settings.checkpoint.origin = config.ledger.origin.clone();
         settings.checkpoint.every = config.ledger.checkpoint_every;
@@ -148,7 +153,8 @@ impl IngestSettings {
             paths: config.payloads.scrub_paths.clone(),
         };
         settings.max_upload_bytes = config.payloads.max_upload_bytes;
-        settings
+        settings.witnessing = WitnessingSettings::from_config(&config.ledger)?;
+        Ok(settings)
     }
 }
 
@@ -329,6 +335,8 @@ struct Session {
     front: Front,
     back: Back,
     monitor: jetstream::stream::Stream,
+    /// Asks the witnesses to cosign each new checkpoint; `None` without witnesses.
+    witnessing: Option<Witnessing>,
 }
 
 /// The first stage: ATL_INBOUND lane by lane (see [`lanes`]), classified.
@@ -580,6 +588,13 @@ impl Session {
                 ));
             }
         }
+        let witnessing = Witnessing::open(
+            js.clone(),
+            checkpointer.tiles().clone(),
+            &settings.witnessing,
+            metrics.clone(),
+        )
+        .await?;
         let advisories = poison::advisory_consumer(js).await?;
         // Room for a few fetches a lane before feeders wait for the front.
         let (feed, fed) = tokio::sync::mpsc::channel(64);
@@ -606,11 +621,17 @@ impl Session {
                 checkpointer,
             },
             monitor: stream,
+            witnessing,
         })
     }
 
     async fn run(self, shared: Shared<'_>, stop: tokio::sync::watch::Receiver<bool>) -> Result<()> {
-        let Self { front, back, monitor } = self;
+        let Self {
+            front,
+            back,
+            monitor,
+            witnessing,
+        } = self;
         shared.health.ok(
             "ingest",
             format!("appending after seq {}", back.appender.last_seq()),
@@ -620,9 +641,17 @@ impl Session {
             tokio::try_join!(front.run(to_back, shared, stop), back.run(from_front, shared))?;
             Ok(())
         };
+        // The witnesses are asked beside the stages, never in their way; they end with the session.
+        let witnessing = async {
+            match witnessing {
+                Some(witnessing) => witnessing.run().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             outcome = stages => outcome,
             stalled = watch(monitor, shared) => Err(stalled),
+            never = witnessing => match never {},
         }
     }
 }

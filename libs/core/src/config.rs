@@ -313,6 +313,32 @@ pub struct LedgerConfig {
     pub checkpoint_every: u64,
     /// Sign a checkpoint when this many milliseconds passed since the last and the tree grew.
     pub checkpoint_interval_ms: u64,
+    /// Witnesses ingest asks to cosign each new checkpoint (`docs/witnesses.md`); their cosignatures
+    /// go to ATL_COSIGNATURES.
+    pub witnesses: Vec<LedgerWitness>,
+    /// How many of `witnesses` a checkpoint should gather; fewer is logged and reported by `doctor`.
+    /// Default: a majority of them.
+    pub witness_quorum: Option<usize>,
+}
+
+/// A witness the ledger asks to cosign its checkpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerWitness {
+    /// The witness's submission prefix (`https://witness.example.com`; the request goes to
+    /// `<url>/add-checkpoint`).
+    pub url: String,
+    /// The witness's verifier key (`<name>+<key id>+<key>`, as `toolledger witness` prints it).
+    pub key: String,
+}
+
+impl LedgerConfig {
+    /// How many witness cosignatures a checkpoint should gather: `witness_quorum`, else a majority
+    /// of the witnesses (0 without witnesses).
+    pub fn witness_quorum(&self) -> usize {
+        self.witness_quorum
+            .unwrap_or(self.witnesses.len() / 2 + usize::from(!self.witnesses.is_empty()))
+    }
 }
 
 impl Default for LedgerConfig {
@@ -323,6 +349,8 @@ impl Default for LedgerConfig {
             key_file: None,
             checkpoint_every: 1000,
             checkpoint_interval_ms: 10_000,
+            witnesses: Vec::new(),
+            witness_quorum: None,
         }
     }
 }
@@ -430,6 +458,24 @@ impl Config {
         }
         if self.ledger.checkpoint_interval_ms == 0 {
             return Err(invalid("ledger.checkpoint_interval_ms", "must be at least 1"));
+        }
+        if let Some(bad) = self.ledger.witnesses.iter().find(|w| {
+            !(w.url.starts_with("http://") || w.url.starts_with("https://")) || w.key.trim().is_empty()
+        }) {
+            return Err(invalid(
+                "ledger.witnesses",
+                format!("{:?} needs an http(s) url and a verifier key", bad.url),
+            ));
+        }
+        let quorum = self.ledger.witness_quorum();
+        if self.ledger.witness_quorum.is_some() && (quorum == 0 || quorum > self.ledger.witnesses.len()) {
+            return Err(invalid(
+                "ledger.witness_quorum",
+                format!(
+                    "must be between 1 and the {} witnesses",
+                    self.ledger.witnesses.len()
+                ),
+            ));
         }
         for (key, paths) in [
             ("payloads.erasable_paths", &self.payloads.erasable_paths),

@@ -47,7 +47,7 @@ pub use blobs::{
 pub use decode::{DecodedEntry, decode_ahead, decode_entry};
 pub use error::{BoxError, Error, Result, with_causes};
 pub use read::{
-    OrderedReader, ReadSpec, StoredMessage, StreamMessage, Until, last_sequence, message,
-    next_stored_message, read_all, read_range, stored_message,
+    OrderedReader, ReadSpec, StoredMessage, StreamMessage, Until, last_sequence, last_stored_message,
+    message, next_stored_message, read_all, read_range, stored_message,
 };
 pub use tiles::open_tiles;

@@ -428,7 +428,7 @@ pub async fn stored_message(
     stream: &str,
     seq: u64,
 ) -> Result<Option<StoredMessage>> {
-    get_stored(js, stream, seq, serde_json::json!({ "seq": seq })).await
+    get_stored(js, stream, serde_json::json!({ "seq": seq })).await
 }
 
 /// The first message of `stream` on `subjects` (a filter, `>` for any) at or after `seq`, read like
@@ -443,16 +443,24 @@ pub async fn next_stored_message(
     get_stored(
         js,
         stream,
-        seq,
         serde_json::json!({ "seq": seq, "next_by_subj": subjects }),
     )
     .await
 }
 
+/// The last message of `stream` on `subjects` (a filter; wildcards allowed), read like
+/// [`stored_message`]. `None` when nothing is stored there.
+pub async fn last_stored_message(
+    js: &jetstream::Context,
+    stream: &str,
+    subjects: &str,
+) -> Result<Option<StoredMessage>> {
+    get_stored(js, stream, serde_json::json!({ "last_by_subj": subjects })).await
+}
+
 async fn get_stored(
     js: &jetstream::Context,
     stream: &str,
-    seq: u64,
     request: serde_json::Value,
 ) -> Result<Option<StoredMessage>> {
     #[derive(serde::Deserialize)]
@@ -473,7 +481,7 @@ async fn get_stored(
         data: Option<String>,
         time: DateTime<Utc>,
     }
-    let action = || format!("getting seq {seq}");
+    let action = || format!("getting the message {request}");
     let reply: Reply = js
         .request(format!("STREAM.MSG.GET.{stream}"), &request)
         .await

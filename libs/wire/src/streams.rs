@@ -6,6 +6,7 @@
 //!                  ├─ ATL_INBOUND      inbound_config     ─┐  (a live one that still dedupes is upgraded)
 //!                  ├─ ATL_LEDGER       ledger_config       │ missing ─▶ create
 //!                  ├─ ATL_CHECKPOINTS  checkpoints_config  ├─ present ─▶ check_* ─▶ weaker? ─▶ Error::StreamConfigWeaker
+//!                  ├─ ATL_COSIGNATURES cosignatures_config │
 //!                  ├─ ATL_QUARANTINE   quarantine_config  ─┘            (never changed)
 //!                  ├─ KV ATL_LEASES            leases_config   ─┐ missing ─▶ create
 //!                  └─ OBJ ATL_PAYLOADS_<tenant> payloads_config ─┘ present ─▶ check_bucket
@@ -48,6 +49,20 @@ pub const LEDGER_SUBJECTS: &str = "atl.ledger.>";
 pub const CHECKPOINTS: &str = "ATL_CHECKPOINTS";
 /// The subject of [`CHECKPOINTS`].
 pub const CHECKPOINTS_SUBJECT: &str = "atl.checkpoints";
+/// Witnesses' cosignatures of the checkpoints (DESIGN §10): ATL_CHECKPOINTS is immutable and gets
+/// each checkpoint as soon as it is signed, so the cosignatures, which come later (and some much
+/// later, from a witness that was down), are kept here, one message per witness and checkpoint.
+pub const COSIGNATURES: &str = "ATL_COSIGNATURES";
+/// Subjects of [`COSIGNATURES`]: `atl.cosignatures.<checkpoint size>.<witness key id, 8 hex digits>`.
+pub const COSIGNATURES_SUBJECTS: &str = "atl.cosignatures.>";
+
+/// The subject of one witness's cosignature of the checkpoint of `size`. Readers select a
+/// checkpoint's cosignatures with `atl.cosignatures.<size>.*` and a witness's latest with
+/// `atl.cosignatures.*.<key id>`.
+pub fn cosignature_subject(size: u64, witness_key_id: u32) -> String {
+    format!("atl.cosignatures.{size}.{witness_key_id:08x}")
+}
+
 /// Rejected messages with their reasons.
 pub const QUARANTINE: &str = "ATL_QUARANTINE";
 /// Subjects of [`QUARANTINE`]: `atl.quarantine.<tenant>.<reason>`.
@@ -207,6 +222,18 @@ pub fn checkpoints_config(settings: &ContractSettings) -> stream::Config {
         CHECKPOINTS,
         "toolledger signed checkpoints (C2SP signed notes)",
         CHECKPOINTS_SUBJECT,
+        settings.replicas,
+    )
+}
+
+/// The ATL_COSIGNATURES stream configuration: immutable and unlimited like the checkpoints it
+/// completes. Each message is the cosigned checkpoint note (the log's note with one witness's
+/// signature line appended), so it can be checked on its own.
+pub fn cosignatures_config(settings: &ContractSettings) -> stream::Config {
+    immutable_config(
+        COSIGNATURES,
+        "toolledger witness cosignatures of the checkpoints: atl.cosignatures.<size>.<witness key id>",
+        COSIGNATURES_SUBJECTS,
         settings.replicas,
     )
 }
@@ -535,6 +562,11 @@ pub fn check_checkpoints(live: &stream::Config, wanted: &stream::Config) -> Resu
     first_weakness(live, wanted)
 }
 
+/// Checks a live ATL_COSIGNATURES configuration: as for the checkpoints.
+pub fn check_cosignatures(live: &stream::Config, wanted: &stream::Config) -> Result<()> {
+    first_weakness(live, wanted)
+}
+
 /// Checks a live ATL_QUARANTINE configuration: file storage, an age limit no shorter than wanted, no
 /// size limit that drops.
 pub fn check_quarantine(live: &stream::Config, wanted: &stream::Config) -> Result<()> {
@@ -735,10 +767,11 @@ pub async fn ensure_contract(
 type StreamCheck = fn(&stream::Config, &stream::Config) -> Result<()>;
 
 /// The streams after ATL_INBOUND, each with its check.
-fn stream_configs(settings: &ContractSettings) -> [(stream::Config, StreamCheck); 3] {
+fn stream_configs(settings: &ContractSettings) -> [(stream::Config, StreamCheck); 4] {
     [
         (ledger_config(settings), check_ledger),
         (checkpoints_config(settings), check_checkpoints),
+        (cosignatures_config(settings), check_cosignatures),
         (quarantine_config(settings), check_quarantine),
     ]
 }
@@ -920,6 +953,10 @@ mod tests {
         assert!(ledger.deny_delete && ledger.deny_purge && !ledger.allow_rollup);
         assert_eq!(ledger.duplicate_window, Duration::from_secs(120));
         assert_eq!(checkpoints_config(&settings).subjects, ["atl.checkpoints"]);
+        let cosignatures = cosignatures_config(&settings);
+        assert_eq!(cosignatures.subjects, ["atl.cosignatures.>"]);
+        assert!(cosignatures.deny_delete && cosignatures.deny_purge);
+        assert_eq!(cosignature_subject(42, 0xab), "atl.cosignatures.42.000000ab");
         let quarantine = quarantine_config(&settings);
         assert_eq!(quarantine.max_age, Duration::from_secs(30 * 86_400));
         assert_eq!(quarantine.subjects, ["atl.quarantine.>"]);
@@ -1023,6 +1060,11 @@ mod tests {
         assert_each_named(
             &checkpoints_config(&settings),
             check_checkpoints,
+            immutable_cases(),
+        );
+        assert_each_named(
+            &cosignatures_config(&settings),
+            check_cosignatures,
             immutable_cases(),
         );
     }

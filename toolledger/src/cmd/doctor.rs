@@ -3,6 +3,7 @@
 //! ```text
 //! config (already loaded) ─▶ NATS reachable ─▶ stream contract (limits, deny flags, replicas)
 //!   ─▶ ingest lag (ATL_INBOUND backlog and its oldest message) ─▶ checkpoint age against the ledger
+//!   ─▶ witnesses: each one's latest cosignature against the newest checkpoint (when configured)
 //!   ─▶ quarantine rate (last hour) ─▶ projection: readable (every page: `PRAGMA quick_check`) and
 //!      its lag ─▶ projector: its heartbeat ─▶ data directory: private ─▶ disk space
 //! ```
@@ -38,6 +39,10 @@ pub struct Args {
     /// NATS server URL; overrides `nats.url` (`TOOLLEDGER_NATS__URL`).
     #[arg(long, value_name = "URL")]
     pub nats_url: Option<String>,
+    /// How long a witness may go without cosigning while newer checkpoints wait before it is
+    /// reported as behind.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub witness_lag_secs: u64,
 }
 
 /// How a check came out.
@@ -131,6 +136,9 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         let (checkpoint, last) = checkpoint_age(&js, &config).await;
         checks.push(checkpoint);
         ledger_last = last;
+        if !config.ledger.witnesses.is_empty() {
+            checks.push(witnesses(&js, &config, Duration::from_secs(args.witness_lag_secs)).await);
+        }
         checks.push(quarantine_rate(&js).await);
     }
     checks.push(projection_lag(&config, ledger_last));
@@ -271,12 +279,7 @@ async fn checkpoint_age(js: &jetstream::Context, config: &Config) -> (Check, Opt
             ledger_last,
         );
     };
-    let note = String::from_utf8_lossy(&message.payload).into_owned();
-    let size = note
-        .lines()
-        .nth(1)
-        .and_then(|l| l.parse::<u64>().ok())
-        .unwrap_or(0);
+    let size = checkpoint_size(&message.payload);
     let signed_at = chrono::DateTime::<Utc>::from(std::time::SystemTime::from(message.time));
     let age = Utc::now()
         .signed_duration_since(signed_at)
@@ -300,6 +303,82 @@ async fn checkpoint_age(js: &jetstream::Context, config: &Config) -> (Check, Opt
     } else {
         (check("checkpoints", Status::Ok, detail, None), ledger_last)
     }
+}
+
+/// Whether the configured witnesses keep up: a witness is behind when newer checkpoints than its
+/// latest cosignature exist and it has not cosigned for `lag` (ingest asks every second). Fewer
+/// than the quorum keeping up fails.
+async fn witnesses(js: &jetstream::Context, config: &Config, lag: Duration) -> Check {
+    const NAME: &str = "witnesses";
+    let action = "check that each witness runs and is reachable from ingest, and ingest's log \
+                  (\"witness did not cosign\"); see docs/witnesses.md";
+    let latest = match toolledger_ledger::last_stored_message(js, CHECKPOINTS, ">").await {
+        Ok(Some(message)) => message,
+        Ok(None) => return check(NAME, Status::Ok, "no checkpoint signed yet", None),
+        Err(error) => return check(NAME, Status::Fail, error.to_string(), None),
+    };
+    let size = checkpoint_size(&latest.payload);
+    let now = Utc::now();
+    let quorum = config.ledger.witness_quorum();
+    let mut keeping_up = 0;
+    let mut behind = Vec::new();
+    for witness in &config.ledger.witnesses {
+        let key = match toolledger_merkle::CosignatureVerifier::parse(&witness.key) {
+            Ok(key) => key,
+            Err(error) => {
+                behind.push(format!("{} (bad key: {error})", witness.url));
+                continue;
+            }
+        };
+        let subjects = format!("atl.cosignatures.*.{:08x}", key.key_id());
+        let last = match toolledger_ledger::last_stored_message(js, streams::COSIGNATURES, &subjects).await {
+            Ok(last) => last,
+            Err(error) => {
+                return check(
+                    NAME,
+                    Status::Fail,
+                    error.to_string(),
+                    Some("run `toolledger init`"),
+                );
+            }
+        };
+        let (cosigned, since) = match &last {
+            Some(message) => (checkpoint_size(&message.payload), message.time),
+            None => (0, latest.time),
+        };
+        let waiting = now.signed_duration_since(since).to_std().unwrap_or_default();
+        if cosigned >= size || waiting < lag {
+            keeping_up += 1;
+        } else {
+            behind.push(format!(
+                "{} at size {cosigned} for {}s",
+                key.name(),
+                waiting.as_secs()
+            ));
+        }
+    }
+    let n = config.ledger.witnesses.len();
+    let mut detail = format!("{keeping_up} of {n} keep up with checkpoint {size} (quorum {quorum})");
+    if !behind.is_empty() {
+        detail.push_str(&format!("; behind: {}", behind.join(", ")));
+    }
+    let status = if keeping_up < quorum {
+        Status::Fail
+    } else if behind.is_empty() {
+        Status::Ok
+    } else {
+        Status::Warn
+    };
+    check(NAME, status, detail, (status != Status::Ok).then_some(action))
+}
+
+/// The size line of a checkpoint note (0 when it has none).
+fn checkpoint_size(note: &[u8]) -> u64 {
+    String::from_utf8_lossy(note)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 async fn quarantine_rate(js: &jetstream::Context) -> Check {

@@ -50,7 +50,7 @@ pub async fn run(
     })
     .await?;
     println!("toolledger ingest: metrics at http://{addr}/metrics, health at http://{addr}/healthz");
-    let mut settings = IngestSettings::from_config(&config);
+    let mut settings = IngestSettings::from_config(&config)?;
     settings.batch_size = args.batch_size.max(1);
     settings.ack_wait = std::time::Duration::from_millis(args.ack_wait_ms.max(100));
     settings.lease_ttl = std::time::Duration::from_millis(args.lease_ttl_ms.max(300));

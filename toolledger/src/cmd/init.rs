@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! connect (--nats-url, else nats.url)
-//!   ─▶ streams::ensure_contract: ATL_INBOUND, ATL_LEDGER, ATL_CHECKPOINTS, ATL_QUARANTINE,
+//!   ─▶ streams::ensure_contract: ATL_INBOUND, ATL_LEDGER, ATL_CHECKPOINTS, ATL_COSIGNATURES, ATL_QUARANTINE,
 //!      KV ATL_LEASES, OBJ ATL_PAYLOADS_<tenant> for each --tenant: create, or check
 //!   ─▶ <data_dir>/keys/checkpoint.key: generate (0600), or load ─▶ print the verifier key
 //! ```

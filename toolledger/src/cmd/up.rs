@@ -123,6 +123,7 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         signer.verifier()
     ));
 
+    let ingest_settings = IngestSettings::from_config(&config)?;
     let ingest_metrics = telemetry.register(IngestMetrics::register);
     let (ingest_stop, ingest_stopped) = tokio::sync::oneshot::channel::<()>();
     let ingest = tokio::spawn(session::run(
@@ -130,7 +131,7 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
             url: url.clone(),
             name: "toolledger-up-ingest".to_owned(),
         },
-        IngestSettings::from_config(&config),
+        ingest_settings,
         ingest_metrics,
         health.clone(),
         async {
