@@ -70,6 +70,8 @@ pub struct LedgerAccess {
     pub js: async_nats::jetstream::Context,
     /// Streams, trusted keys, origin and tiles for proofs and bundles.
     pub source: toolledger_verify::ProveSource,
+    /// The configured witness policy: bundles are proved in the newest checkpoint that meets it.
+    pub witness_policy: Option<toolledger_merkle::WitnessPolicy>,
 }
 
 /// Request counts by endpoint and status.

@@ -688,6 +688,109 @@ fn ingest_gathers_cosignatures_and_doctor_names_a_witness_behind() {
     let (status, detail) = doctor_witnesses(data.path(), &config, &url);
     assert_eq!(status, "ok", "{detail}");
 
+    // Verifiers with a witness policy. `verify` names the witnesses of the newest checkpoint that
+    // meets it; a policy no checkpoint meets (a stranger's key among 2 of 2) is a finding.
+    let policy: Vec<String> = keys
+        .iter()
+        .flat_map(|k| ["--witness".to_owned(), k.to_string()])
+        .collect();
+    let policy_args = |quorum: &str| -> Vec<String> {
+        let mut args = policy.clone();
+        args.extend(["--witness-quorum".to_owned(), quorum.to_owned()]);
+        args
+    };
+    let toolledger_run = |args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(data.path(), &config, &args)
+    };
+    let with = |base: &[&str], extra: Vec<String>| -> Vec<String> {
+        base.iter().map(|a| (*a).to_owned()).chain(extra).collect()
+    };
+    let (ok, out, err) = toolledger_run(&with(&["verify", "--nats-url", &url], policy_args("2")));
+    assert!(ok, "verify under 2 of 3 failed\n{out}\n{err}");
+    assert!(
+        out.contains("witnessed: the checkpoint of size")
+            && (1..=3).all(|i| out.contains(&format!("witness.test/l{i}"))),
+        "{out}"
+    );
+    let stranger = toolledger_merkle::CosignatureSigner::generate("witness.test/stranger").unwrap();
+    let (ok, out, _) = toolledger_run(&with(
+        &["verify", "--nats-url", &url, "--no-payloads"],
+        vec![
+            "--witness".into(),
+            keys[0].to_string(),
+            "--witness".into(),
+            stranger.verifier().to_string(),
+            "--witness-quorum".into(),
+            "2".into(),
+        ],
+    ));
+    assert!(!ok, "a policy no checkpoint meets must fail verify\n{out}");
+    assert!(
+        out.contains("no recent checkpoint meets the witness policy"),
+        "{out}"
+    );
+
+    // A bundle proved in a checkpoint cosigned by all three verifies under 2 of 3 and names them;
+    // with one cosignature left it fails 2 of 3 (and passes 1 of 3); a changed byte in a listed
+    // witness's line fails whatever the quorum.
+    let bundle = data.path().join("witnessed.bundle.json");
+    let (ok, out, err) = toolledger_run(&with(
+        &[
+            "bundle",
+            "--seq",
+            "1",
+            "--out",
+            bundle.to_str().unwrap(),
+            "--nats-url",
+            &url,
+        ],
+        policy_args("3"),
+    ));
+    assert!(ok, "bundle failed\n{out}\n{err}");
+    let key_file = data.path().join("keys/checkpoint.pub");
+    let verify_bundle = |file: &Path, quorum: &str| {
+        toolledger_run(&with(
+            &[
+                "verify-bundle",
+                file.to_str().unwrap(),
+                "--key",
+                key_file.to_str().unwrap(),
+            ],
+            policy_args(quorum),
+        ))
+    };
+    let (ok, out, err) = verify_bundle(&bundle, "2");
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("witnessed: cosigned by") && out.contains("3 of the policy's 3"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    let without = |text: &str, name: &str| -> String {
+        let start = text.find(&format!("\u{2014} {name} ")).unwrap();
+        let end = start + text[start..].find("\\n").unwrap() + 2;
+        format!("{}{}", &text[..start], &text[end..])
+    };
+    let one_left = bundle.with_extension("one");
+    std::fs::write(
+        &one_left,
+        without(&without(&text, "witness.test/l2"), "witness.test/l3"),
+    )
+    .unwrap();
+    let (ok, out, err) = verify_bundle(&one_left, "2");
+    assert!(!ok, "one cosignature must not meet 2 of 3\n{out}");
+    assert!(err.contains("cosigned by 1 of the policy's 3 witnesses"), "{err}");
+    let (ok, out, err) = verify_bundle(&one_left, "1");
+    assert!(ok, "{out}\n{err}");
+    let start = text.find("\u{2014} witness.test/l1 ").unwrap() + "\u{2014} witness.test/l1 ".len() + 20;
+    let mut changed = text.into_bytes();
+    changed[start] = if changed[start] == b'A' { b'B' } else { b'A' };
+    let changed_file = bundle.with_extension("changed");
+    std::fs::write(&changed_file, changed).unwrap();
+    let (ok, out, _) = verify_bundle(&changed_file, "1");
+    assert!(!ok, "a changed cosignature must not verify\n{out}");
+
     let status = ingest.terminate(Duration::from_secs(30)).expect("ingest stops");
     assert!(status.success(), "{}", ingest.stderr());
     for witness in &mut witnesses {

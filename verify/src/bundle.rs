@@ -4,14 +4,17 @@
 //! The format is specified in `docs/evidence-bundles.md`; this module is one implementation of it.
 //!
 //! ```text
-//! build_bundle(seqs, since?, blobs?)
-//!   ATL_CHECKPOINTS ─▶ newest trusted checkpoint (covers every seq) ─▶ tree reader (tiles, else ledger)
+//! build_bundle(seqs, since?, blobs?, witness policy?)
+//!   ATL_CHECKPOINTS ─▶ newest trusted checkpoint covering every seq (with a policy: the newest of
+//!   those whose cosignatures in ATL_COSIGNATURES meet it) ─▶ its note + the witnesses' lines
+//!   ─▶ tree reader (tiles, else ledger)
 //!   ATL_LEDGER ─▶ entry bytes ─▶ prove::inclusion_in ─▶ BundleEntry { seq, entry, inclusion_proof }
 //!   blob store (optional) ─▶ nonce || content of each payload ref ─▶ BundleEntry.payloads
 //!   held checkpoint (optional) ─▶ same root at its size? ─▶ prove::consistency_in ─▶ consistency
 //!   ─▶ EvidenceBundle ─to_bytes (RFC 8785 + LF)─▶ verify_bundle ─▶ returned only when it verifies
 //!
-//! verify_bundle(bytes, keys): canonical form ─▶ checkpoint signature ─▶ per entry: seq in range,
+//! verify_bundle(bytes, keys, policy?): canonical form ─▶ checkpoint signature ─▶ witness policy:
+//!   these witnesses' cosignatures on the checkpoint, at least k ─▶ per entry: seq in range,
 //!   leaf hash, inclusion under the signed root, entry JSON, selection rule, payload commitments
 //!   ─▶ consistency proof ─▶ BundleReport
 //! ```
@@ -28,7 +31,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use toolledger_ledger::{BlobStore, NONCE_LEN};
 use toolledger_merkle::{
-    Checkpoint, Hash, Verifiers, empty_root, leaf_hash, verify_consistency, verify_inclusion,
+    Checkpoint, Hash, Verifiers, WitnessPolicy, WitnessVerdict, empty_root, leaf_hash, verify_consistency,
+    verify_inclusion,
 };
 use toolledger_wire::{PayloadRef, Tenant};
 
@@ -46,7 +50,9 @@ pub struct EvidenceBundle {
     pub format: String,
     /// Which entries the bundle claims to hold.
     pub selection: Selection,
-    /// The C2SP signed checkpoint note every entry is proved in.
+    /// The C2SP signed checkpoint note every entry is proved in, with the cosignature lines of the
+    /// witnesses that cosigned it appended (a C2SP cosigned note; readers without a witness policy
+    /// ignore those lines).
     pub checkpoint: String,
     /// The entries, in increasing ledger sequence order.
     pub entries: Vec<BundleEntry>,
@@ -202,6 +208,10 @@ pub struct BundleReport {
     /// The held checkpoint the bundle was proven consistent with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consistent_with: Option<HeldCheckpoint>,
+    /// Under a witness policy: which of its witnesses cosigned the checkpoint (the quorum was met,
+    /// or the bundle would not have verified).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witnesses: Option<WitnessVerdict>,
 }
 
 impl BundleReport {
@@ -426,15 +436,43 @@ fn verify_entry(
     })
 }
 
-/// Verifies a bundle file offline with the trusted verifier keys (`docs/evidence-bundles.md` §4).
+/// Checks `note`'s cosignatures under `policy`: the verdict when the quorum is met,
+/// [`Error::WitnessQuorum`] when it is not, [`Error::BundleCheckpointUntrusted`] when a listed
+/// witness's line does not verify.
+pub fn check_witnesses(note: &str, size: u64, policy: &WitnessPolicy) -> Result<WitnessVerdict> {
+    let verdict = policy.check(note).map_err(|e| Error::BundleCheckpointUntrusted {
+        which: "checkpoint",
+        reason: e.to_string(),
+    })?;
+    if !verdict.met() {
+        return Err(Error::WitnessQuorum {
+            size,
+            have: verdict.cosigned_by.len(),
+            quorum: verdict.quorum,
+            of: verdict.of,
+            cosigned_by: verdict.names(),
+        });
+    }
+    Ok(verdict)
+}
+
+/// Verifies a bundle file offline with the trusted verifier keys (`docs/evidence-bundles.md` §4),
+/// and, given a witness policy, that enough of its witnesses cosigned the checkpoint.
 /// CPU-bound (hashing every entry and blob): call it from a blocking thread in async code.
-pub fn verify_bundle(bytes: &[u8], verifiers: &Verifiers) -> Result<BundleReport> {
+pub fn verify_bundle(
+    bytes: &[u8],
+    verifiers: &Verifiers,
+    policy: Option<&WitnessPolicy>,
+) -> Result<BundleReport> {
     let bundle = EvidenceBundle::from_bytes(bytes)?;
     if bundle.format != FORMAT {
         return Err(malformed(format!("format {:?} is not {FORMAT:?}", bundle.format)));
     }
     bundle.selection.claim()?;
     let (checkpoint, signed_by) = open_note(&bundle.checkpoint, verifiers, "checkpoint")?;
+    let witnesses = policy
+        .map(|policy| check_witnesses(&bundle.checkpoint, checkpoint.size, policy))
+        .transpose()?;
     if bundle.entries.is_empty() {
         return Err(malformed("no entries"));
     }
@@ -479,6 +517,7 @@ pub fn verify_bundle(bytes: &[u8], verifiers: &Verifiers) -> Result<BundleReport
         selection: bundle.selection,
         entries,
         consistent_with,
+        witnesses,
     })
 }
 
@@ -494,6 +533,9 @@ pub struct BundleRequest {
     pub since_checkpoint: Option<String>,
     /// Where payload blobs are read from; `None` leaves payload bytes out (commitments stay).
     pub blobs: Option<BlobStore>,
+    /// Prove in the newest checkpoint these witnesses cosigned enough of; `None` takes the newest
+    /// checkpoint, with whatever cosignatures it has.
+    pub witness_policy: Option<WitnessPolicy>,
 }
 
 /// A payload whose bytes a bundle could not carry.
@@ -599,12 +641,14 @@ pub async fn build_bundle(
         return Err(Error::NoSuchEntry { seq, last });
     }
     let trusted = prove::checkpoints(js, source).await?;
-    let signed = trusted
-        .last()
-        .filter(|s| s.checkpoint.size >= last_wanted)
-        .ok_or_else(|| Error::NoCheckpoint {
-            wanted: format!("covering seq {last_wanted}"),
-        })?;
+    // With a witness policy, the newest checkpoint enough of its witnesses cosigned; without one,
+    // or when none of the newest meets it (the verification below then says so), the newest.
+    let (signed, checkpoint_note, _) =
+        prove::witnessed_in(js, &trusted, request.witness_policy.as_ref(), last_wanted)
+            .await?
+            .ok_or_else(|| Error::NoCheckpoint {
+                wanted: format!("covering seq {last_wanted}"),
+            })?;
     let size = signed.checkpoint.size;
     let held = match &request.since_checkpoint {
         None => None,
@@ -674,14 +718,15 @@ pub async fn build_bundle(
     let bundle = EvidenceBundle {
         format: FORMAT.to_owned(),
         selection: request.selection.clone(),
-        checkpoint: signed.note.clone(),
+        checkpoint: checkpoint_note,
         entries,
         consistency,
     };
     let bytes = bundle.to_bytes()?;
     let verifiers = source.verifiers.clone();
+    let policy = request.witness_policy.clone();
     let (bytes, report) = tokio::task::spawn_blocking(move || {
-        let report = verify_bundle(&bytes, &verifiers);
+        let report = verify_bundle(&bytes, &verifiers, policy.as_ref());
         (bytes, report)
     })
     .await

@@ -75,6 +75,24 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A checkpoint has fewer cosignatures by the witness policy's witnesses than its quorum: a
+    /// finding, not a pass.
+    #[error(
+        "checkpoint of size {size} is cosigned by {have} of the policy's {of} witnesses ({cosigned_by}); \
+         the policy asks for {quorum}"
+    )]
+    WitnessQuorum {
+        /// The checkpoint's tree size.
+        size: u64,
+        /// Cosignatures that verified.
+        have: usize,
+        /// What the policy asks for.
+        quorum: usize,
+        /// The witnesses the policy lists.
+        of: usize,
+        /// The witnesses that did cosign.
+        cosigned_by: String,
+    },
     /// An entry of an evidence bundle is not proven: outside the tree, not included under the signed
     /// root, not a ledger entry, or not part of the bundle's selection.
     #[error("bundle entry at ledger seq {seq} rejected: {reason}")]

@@ -32,8 +32,8 @@ pub mod verify;
 
 pub use error::{Error, Result};
 pub use prove::{
-    ConsistencyOutput, InclusionOutput, ProveSource, SignedCheckpoint, TrustedCache, prove_consistency,
-    prove_inclusion, signed_checkpoint,
+    ConsistencyOutput, InclusionOutput, ProveSource, SignedCheckpoint, TrustedCache, WitnessedCheckpoint,
+    prove_consistency, prove_inclusion, signed_checkpoint, witnessed_checkpoint,
 };
 pub use verify::{Finding, MonitorEvent, Progress, Report, VerifyOptions, monitor, verify_ledger};
 

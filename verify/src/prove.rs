@@ -14,7 +14,10 @@
 
 use async_nats::jetstream;
 use serde::{Deserialize, Serialize};
-use toolledger_merkle::{Checkpoint, Hash, TileReader, TileStore, TiledLog, Verifiers, leaf_hash};
+use toolledger_ledger::cosignatures::cosigned_note;
+use toolledger_merkle::{
+    Checkpoint, Hash, TileReader, TileStore, TiledLog, Verifiers, WitnessPolicy, WitnessVerdict, leaf_hash,
+};
 
 use std::sync::Arc;
 
@@ -244,6 +247,82 @@ impl From<&Signed> for SignedCheckpoint {
             note: signed.note.clone(),
         }
     }
+}
+
+/// How many of the newest checkpoints are looked at for one that meets a witness policy (witnesses
+/// cosign within seconds of a checkpoint, so the newest few are the candidates).
+const WITNESSED_CANDIDATES: usize = 16;
+
+/// A trusted checkpoint with the cosignatures ATL_COSIGNATURES holds for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WitnessedCheckpoint {
+    /// The checkpoint; its `note` carries the witnesses' lines.
+    pub checkpoint: SignedCheckpoint,
+    /// What the policy found on it.
+    pub verdict: WitnessVerdict,
+}
+
+/// The newest trusted checkpoint of size at least `covering` whose cosignatures meet `policy`
+/// (among the newest few), else the newest one of that size with the cosignatures it has (its
+/// verdict then says the quorum is not met). `None` when no trusted checkpoint is that large.
+pub async fn witnessed_checkpoint(
+    js: &jetstream::Context,
+    source: &ProveSource,
+    policy: Option<&WitnessPolicy>,
+    covering: u64,
+) -> Result<Option<WitnessedCheckpoint>> {
+    let trusted = checkpoints(js, source).await?;
+    Ok(witnessed_in(js, &trusted, policy, covering)
+        .await?
+        .map(|(signed, note, verdict)| WitnessedCheckpoint {
+            checkpoint: SignedCheckpoint {
+                note,
+                ..SignedCheckpoint::from(signed)
+            },
+            verdict,
+        }))
+}
+
+/// [`witnessed_checkpoint`] over `trusted`: the checkpoint, its cosigned note, and the verdict
+/// (empty without a policy).
+pub(crate) async fn witnessed_in<'a>(
+    js: &jetstream::Context,
+    trusted: &'a [Signed],
+    policy: Option<&WitnessPolicy>,
+    covering: u64,
+) -> Result<Option<(&'a Signed, String, WitnessVerdict)>> {
+    let covering: Vec<&Signed> = trusted
+        .iter()
+        .rev()
+        .take_while(|s| s.checkpoint.size >= covering)
+        .take(WITNESSED_CANDIDATES)
+        .collect();
+    let Some(&newest) = covering.first() else {
+        return Ok(None);
+    };
+    let verdict_of = |note: &str| match policy {
+        // A listed witness's line that does not verify counts for nothing here; verifying the
+        // bundle names it.
+        Some(policy) => policy.check(note).unwrap_or_else(|_| WitnessVerdict {
+            cosigned_by: Vec::new(),
+            quorum: policy.quorum(),
+            of: policy.cosigners().keys().len(),
+        }),
+        None => WitnessVerdict::default(),
+    };
+    let newest_note = cosigned_note(js, &newest.note, newest.checkpoint.size).await?;
+    let newest_verdict = verdict_of(&newest_note);
+    if policy.is_none() || newest_verdict.met() {
+        return Ok(Some((newest, newest_note, newest_verdict)));
+    }
+    for &candidate in &covering[1..] {
+        let note = cosigned_note(js, &candidate.note, candidate.checkpoint.size).await?;
+        let verdict = verdict_of(&note);
+        if verdict.met() {
+            return Ok(Some((candidate, note, verdict)));
+        }
+    }
+    Ok(Some((newest, newest_note, newest_verdict)))
 }
 
 /// The newest trusted checkpoint, or the trusted checkpoint of tree size `size`. Every signature is

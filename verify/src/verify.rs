@@ -29,7 +29,7 @@ use serde::Serialize;
 use toolledger_ledger::erasure::ERASURE_CLASS;
 use toolledger_ledger::{BlobStore, Error as LedgerError, OrderedReader, ReadSpec, read_all};
 use toolledger_merkle::tile::{TILE_WIDTH, TileId, tile_for};
-use toolledger_merkle::{Checkpoint, CompactRange, Hash, TileReader, TileStore, Verifiers};
+use toolledger_merkle::{Checkpoint, CompactRange, Hash, TileReader, TileStore, Verifiers, WitnessPolicy};
 use toolledger_wire::ijson::JsonProblem;
 use toolledger_wire::streams::{self, CHECKPOINTS, LEDGER};
 use toolledger_wire::{Error as WireError, LedgerEntry, PayloadRef, Tenant};
@@ -57,6 +57,9 @@ pub struct VerifyOptions {
     /// checked against its root) and reads only the entries after it. Checkpoints of smaller trees
     /// are not checked again.
     pub from_checkpoint: Option<String>,
+    /// The witnesses whose cosignatures the newest checkpoints must carry, at least k of them
+    /// (`docs/witnesses.md`); `None` asks for none.
+    pub witness_policy: Option<WitnessPolicy>,
 }
 
 impl Default for VerifyOptions {
@@ -68,6 +71,7 @@ impl Default for VerifyOptions {
             check_entries: true,
             blobs: None,
             from_checkpoint: None,
+            witness_policy: None,
         }
     }
 }
@@ -135,6 +139,22 @@ pub enum Finding {
         new_size: u64,
         /// What failed.
         reason: String,
+    },
+    /// Under a witness policy, none of the newest checkpoints has enough of its witnesses'
+    /// cosignatures (the newest is named): a finding, not a pass.
+    WitnessQuorum {
+        /// The newest checkpoint's sequence in the checkpoint stream.
+        checkpoint_seq: u64,
+        /// Its tree size.
+        size: u64,
+        /// The witnesses that did cosign it.
+        cosigned_by: String,
+        /// How many.
+        have: usize,
+        /// What the policy asks for.
+        quorum: usize,
+        /// The witnesses the policy lists.
+        of: usize,
     },
     /// A trusted checkpoint covers more entries than the ledger holds: entries were lost.
     CheckpointBeyondLedger {
@@ -266,7 +286,8 @@ impl Finding {
             Self::CheckpointUntrusted { checkpoint_seq, .. }
             | Self::CheckpointOrigin { checkpoint_seq, .. }
             | Self::CheckpointOrder { checkpoint_seq, .. }
-            | Self::CheckpointInconsistent { checkpoint_seq, .. } => {
+            | Self::CheckpointInconsistent { checkpoint_seq, .. }
+            | Self::WitnessQuorum { checkpoint_seq, .. } => {
                 format!("checkpoint seq {checkpoint_seq}")
             }
             Self::RootMismatch {
@@ -288,6 +309,18 @@ impl fmt::Display for Finding {
         match self {
             Self::StreamConfig { actual, required, .. } => write!(f, "is {actual}, needs {required}"),
             Self::CheckpointUntrusted { reason, .. } => write!(f, "not signed by a trusted key: {reason}"),
+            Self::WitnessQuorum {
+                size,
+                cosigned_by,
+                have,
+                quorum,
+                of,
+                ..
+            } => write!(
+                f,
+                "no recent checkpoint meets the witness policy: the newest, size {size}, is cosigned \
+                 by {have} of its {of} witnesses ({cosigned_by}); it asks for {quorum}"
+            ),
             Self::CheckpointOrigin { origin, expected, .. } => {
                 write!(f, "is for log {origin:?}, expected {expected:?}")
             }
@@ -401,6 +434,11 @@ pub struct Report {
     /// What costs speed and not safety (a ledger stream without atomic batches); never fails the
     /// verification.
     pub notes: Vec<String>,
+    /// Under a witness policy: the newest checkpoint enough of its witnesses cosigned (among the
+    /// newest few), else the newest with the cosignatures it has (and a
+    /// [`Finding::WitnessQuorum`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witnessed: Option<crate::prove::WitnessedCheckpoint>,
 }
 
 impl Report {
@@ -609,7 +647,7 @@ pub async fn verify_ledger(
 ) -> Result<Report> {
     let mut run = Run::start(js, stream, checkpoint_stream, verifiers, options).await?;
     run.read_through(js, None, progress).await?;
-    run.finish(options).await
+    run.finish(js, options).await
 }
 
 /// What a monitor saw: a line's worth.
@@ -658,7 +696,7 @@ pub async fn monitor(
     let mut run = Run::start(js, stream, checkpoint_stream, verifiers, options).await?;
     run.read_through(js, None, &mut |_| {}).await?;
     if !run.clean() {
-        return run.finish(options).await;
+        return run.finish(js, options).await;
     }
     on_event(MonitorEvent::CaughtUp {
         entries: run.pass.range.size(),
@@ -669,7 +707,7 @@ pub async fn monitor(
     tokio::pin!(stop);
     loop {
         let message = tokio::select! {
-            () = &mut stop => return run.finish(options).await,
+            () = &mut stop => return run.finish(js, options).await,
             next = checkpoints.next() => next?,
         };
         let Some(message) = message else {
@@ -680,7 +718,7 @@ pub async fn monitor(
         let (trusted_before, findings_before) = (run.trust.trusted.len(), run.trust.findings.len());
         run.trust.take(message.seq, &message.payload, verifiers);
         if run.trust.findings.len() > findings_before {
-            return run.finish(options).await;
+            return run.finish(js, options).await;
         }
         if run.trust.trusted.len() == trusted_before {
             continue;
@@ -691,7 +729,7 @@ pub async fn monitor(
         run.read_through(js, Some(signed.checkpoint.size), &mut |_| {})
             .await?;
         if !run.clean() || run.pass.range.size() < signed.checkpoint.size {
-            return run.finish(options).await;
+            return run.finish(js, options).await;
         }
         on_event(MonitorEvent::Checkpoint {
             checkpoint_seq: signed.seq,
@@ -890,7 +928,7 @@ impl Run {
 
     /// The report: what the pass left unmatched, the consistency of checkpoints it did not match
     /// itself, the payload commitments.
-    async fn finish(self, options: &VerifyOptions) -> Result<Report> {
+    async fn finish(self, js: &jetstream::Context, options: &VerifyOptions) -> Result<Report> {
         let Run {
             stream,
             checkpoint_stream,
@@ -954,6 +992,31 @@ impl Run {
             None => (0, 0),
         };
         let newest = trust.trusted.last();
+        let witnessed = match &options.witness_policy {
+            Some(policy) => {
+                let found = crate::prove::witnessed_in(js, &trust.trusted, Some(policy), 0).await?;
+                found.map(|(signed, note, verdict)| {
+                    if !verdict.met() {
+                        findings.push(Finding::WitnessQuorum {
+                            checkpoint_seq: signed.seq,
+                            size: signed.checkpoint.size,
+                            cosigned_by: verdict.names(),
+                            have: verdict.cosigned_by.len(),
+                            quorum: verdict.quorum,
+                            of: verdict.of,
+                        });
+                    }
+                    crate::prove::WitnessedCheckpoint {
+                        checkpoint: crate::prove::SignedCheckpoint {
+                            note,
+                            ..crate::prove::SignedCheckpoint::from(signed)
+                        },
+                        verdict,
+                    }
+                })
+            }
+            None => None,
+        };
         Ok(Report {
             ledger_stream: stream,
             checkpoint_stream,
@@ -969,6 +1032,7 @@ impl Run {
             payloads_erased,
             findings,
             notes,
+            witnessed,
         })
     }
 }

@@ -63,6 +63,20 @@ pub struct Config {
     /// A checkpoint witness (`toolledger witness`), usually run by another party than the ledger's.
     #[serde(default)]
     pub witness: WitnessConfig,
+    /// The witnesses a reader trusts (`verify`, `bundle`, the query service's bundles): a checkpoint
+    /// cosigned by fewer than `quorum` of them is a finding. Absent: cosignatures are not required.
+    #[serde(default)]
+    pub witness_policy: Option<WitnessPolicyConfig>,
+}
+
+/// A witness policy (`docs/witnesses.md`): these witnesses' verifier keys, at least `quorum` of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WitnessPolicyConfig {
+    /// How many of `witnesses` must have cosigned. Default: a majority.
+    pub quorum: Option<usize>,
+    /// The witnesses' verifier keys (`<name>+<key id>+<key>`).
+    pub witnesses: Vec<String>,
 }
 
 /// A C2SP tlog witness (`docs/witnesses.md`): its address, its key and state, and the logs it
@@ -411,6 +425,7 @@ impl Default for Config {
             export: ExportConfig::default(),
             otlp: OtlpConfig::default(),
             witness: WitnessConfig::default(),
+            witness_policy: None,
         }
     }
 }

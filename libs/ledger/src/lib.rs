@@ -3,7 +3,7 @@
 //! never depends on ingest (DESIGN §12).
 //!
 //! ```text
-//!                 ATL_LEDGER, ATL_CHECKPOINTS, ATL_QUARANTINE (NATS JetStream)
+//!                 ATL_LEDGER, ATL_CHECKPOINTS, ATL_COSIGNATURES, ATL_QUARANTINE (NATS JetStream)
 //!                         │ read::OrderedReader (from a position, to the tail / a sequence / following)
 //!                         │ read::last_sequence, read::message, read::stored_message
 //!                         ▼
@@ -24,6 +24,7 @@
 //!   it on a second thread while the projector or the exporter applies entries in order.
 //! - [`blobs`]: the tenant-partitioned blob store ([`BlobStore`]): blob layout, commitments, retries.
 //! - [`tiles`]: [`open_tiles`], the tile store from a location string.
+//! - [`cosignatures`]: a checkpoint's witness lines from ATL_COSIGNATURES, joined into its cosigned note.
 //! - [`erasure`]: erasure of offloaded content by invocation, session, blob, tenant or age (retention).
 //! - [`quarantine`]: quarantined messages listed, shown and redriven; the quarantine message format.
 //!
@@ -33,6 +34,7 @@
 #![warn(missing_docs)]
 
 pub mod blobs;
+pub mod cosignatures;
 pub mod decode;
 pub mod erasure;
 mod error;

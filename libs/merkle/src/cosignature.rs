@@ -277,7 +277,7 @@ impl fmt::Display for CosignatureVerifier {
 }
 
 /// A cosignature that verified: which witness, and when it signed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct VerifiedCosignature {
     /// The witness name.
     pub name: String,
@@ -341,6 +341,83 @@ impl Cosigners {
     }
 }
 
+/// An auditor's witness policy: these witnesses, at least `quorum` of them (`docs/witnesses.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WitnessPolicy {
+    cosigners: Cosigners,
+    quorum: usize,
+}
+
+/// What a witness policy found on a checkpoint note (the default: no policy, nothing asked).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WitnessVerdict {
+    /// The policy's witnesses whose cosignature verified, with when they cosigned.
+    pub cosigned_by: Vec<VerifiedCosignature>,
+    /// The cosignatures the policy asks for.
+    pub quorum: usize,
+    /// The witnesses the policy lists.
+    pub of: usize,
+}
+
+impl WitnessVerdict {
+    /// Whether the quorum is met.
+    pub fn met(&self) -> bool {
+        self.cosigned_by.len() >= self.quorum
+    }
+
+    /// The cosigning witnesses' names, comma-separated (`none` when there are none).
+    pub fn names(&self) -> String {
+        if self.cosigned_by.is_empty() {
+            return "none".to_owned();
+        }
+        self.cosigned_by
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl WitnessPolicy {
+    /// The witnesses' verifier keys and the quorum (default: a majority of them). Fails on a key that
+    /// does not parse, no keys, or a quorum of 0 or above the number of distinct keys.
+    pub fn new(keys: &[impl AsRef<str>], quorum: Option<usize>) -> Result<Self> {
+        let cosigners = Cosigners::new(
+            keys.iter()
+                .map(|k| CosignatureVerifier::parse(k.as_ref()))
+                .collect::<Result<Vec<_>>>()?,
+        );
+        let n = cosigners.keys().len();
+        let quorum = quorum.unwrap_or(n / 2 + 1);
+        if n == 0 || quorum == 0 || quorum > n {
+            return Err(Error::MalformedKey {
+                reason: format!("a witness policy needs 1 ≤ quorum ≤ witnesses; got {quorum} of {n}"),
+            });
+        }
+        Ok(Self { cosigners, quorum })
+    }
+
+    /// The witnesses.
+    pub fn cosigners(&self) -> &Cosigners {
+        &self.cosigners
+    }
+
+    /// The quorum.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// Which of the policy's witnesses cosigned `note`. A line by a listed witness that does not
+    /// verify is an error (a changed cosignature), not a missing one.
+    pub fn check(&self, note: &str) -> Result<WitnessVerdict> {
+        Ok(WitnessVerdict {
+            cosigned_by: self.cosigners.verify(note)?,
+            quorum: self.quorum,
+            of: self.cosigners.keys().len(),
+        })
+    }
+}
+
 /// Adds signature lines (a witness's response) to a signed note, after its existing signatures.
 pub fn append_signature_lines(note: &str, lines: &str) -> Result<String> {
     Note::parse(note)?;
@@ -369,6 +446,35 @@ mod tests {
         let note = checkpoint.sign(&[&log]).unwrap();
         let line = witness.cosign(&checkpoint.body(), 1_679_315_147).unwrap();
         (log, witness, append_signature_lines(&note, &line).unwrap())
+    }
+
+    #[test]
+    fn a_witness_policy_counts_its_own_witnesses_against_its_quorum() {
+        let (_, w1, note) = cosigned();
+        let w2 = CosignatureSigner::generate("witness.example/w2").unwrap();
+        let w3 = CosignatureSigner::generate("witness.example/w3").unwrap();
+        let stranger = CosignatureSigner::generate("witness.example/stranger").unwrap();
+        let keys = [&w1, &w2, &w3].map(|w| w.verifier().to_string());
+        let policy = WitnessPolicy::new(&keys, None).unwrap();
+        assert_eq!(policy.quorum(), 2, "a majority by default");
+        let body = Checkpoint::new("example.com/log", 42, [9; 32]).body();
+        // One listed witness and a stranger: 1 of 2 needed.
+        let with_stranger =
+            append_signature_lines(&note, &stranger.cosign(&body, 1_679_315_148).unwrap()).unwrap();
+        let verdict = policy.check(&with_stranger).unwrap();
+        assert_eq!((verdict.cosigned_by.len(), verdict.met()), (1, false));
+        assert_eq!(verdict.names(), "witness.example/w1");
+        let two = append_signature_lines(&with_stranger, &w3.cosign(&body, 1_679_315_149).unwrap()).unwrap();
+        let verdict = policy.check(&two).unwrap();
+        assert!(verdict.met() && verdict.of == 3, "{verdict:?}");
+        // A listed witness's line over another checkpoint is not a missing cosignature: it is an error.
+        let other = Checkpoint::new("example.com/log", 43, [9; 32]).body();
+        let forged = append_signature_lines(&note, &w2.cosign(&other, 1_679_315_150).unwrap()).unwrap();
+        assert!(policy.check(&forged).is_err());
+        for bad in [Some(0), Some(4)] {
+            assert!(WitnessPolicy::new(&keys, bad).is_err());
+        }
+        assert!(WitnessPolicy::new(&[] as &[&str], None).is_err());
     }
 
     #[test]

@@ -44,7 +44,9 @@ pub mod tile;
 pub mod tree;
 
 pub use checkpoint::Checkpoint;
-pub use cosignature::{CosignatureSigner, CosignatureVerifier, Cosigners, VerifiedCosignature};
+pub use cosignature::{
+    CosignatureSigner, CosignatureVerifier, Cosigners, VerifiedCosignature, WitnessPolicy, WitnessVerdict,
+};
 pub use error::{Error, Result};
 pub use log::TiledLog;
 pub use note::{Note, NoteSigner, NoteVerifier, Verifiers, sign_note};

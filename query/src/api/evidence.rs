@@ -308,6 +308,7 @@ async fn bundle(
             seqs,
             since_checkpoint,
             blobs,
+            witness_policy: ledger.witness_policy.clone(),
         };
         let built = build_bundle(&ledger.js, &ledger.source, &request).await?;
         let row = if what == "invocation" {

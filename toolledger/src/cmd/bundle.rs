@@ -65,6 +65,10 @@ pub struct Args {
     /// NATS server URL; overrides `nats.url` (`TOOLLEDGER_NATS__URL`). One of the two is required.
     #[arg(long, value_name = "URL")]
     pub nats_url: Option<String>,
+    /// Prove in the newest checkpoint enough of these witnesses cosigned (its cosignatures go in
+    /// the bundle); without a policy, the newest checkpoint with the cosignatures it has.
+    #[command(flatten)]
+    pub witnesses: super::verify::WitnessPolicyArgs,
 }
 
 /// The seqs of an invocation's or session's events in the current projection, and its position.
@@ -148,6 +152,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         seqs,
         since_checkpoint,
         blobs,
+        witness_policy: args.witnesses.policy(Some(&config))?,
     };
     let built = build_bundle(&js, &source, &request).await?;
 
@@ -182,6 +187,9 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     }
     if let Some(held) = &report.consistent_with {
         println!("consistent with the held checkpoint of size {}", held.size);
+    }
+    if let Some(witnesses) = &report.witnesses {
+        println!("{}", super::verify_bundle::witnessed_line(witnesses));
     }
     Ok(())
 }

@@ -62,6 +62,7 @@ pub fn ledger_access(
             tiles: super::verify::tile_store(config, None, false)?,
             trusted: Default::default(),
         },
+        witness_policy: super::verify::WitnessPolicyArgs::default().policy(Some(config))?,
     })
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use toolledger_core::config::Config;
-use toolledger_merkle::{TileStore, Verifiers};
+use toolledger_merkle::{TileStore, Verifiers, WitnessPolicy};
 use toolledger_verify::{MonitorEvent, Progress, VerifyOptions, verify_ledger};
 use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
 
@@ -80,6 +80,36 @@ pub struct Args {
     /// Payload commitments are left to a full run.
     #[arg(long, conflicts_with_all = ["parquet", "json"])]
     pub monitor: bool,
+    #[command(flatten)]
+    pub witnesses: WitnessPolicyArgs,
+}
+
+/// A witness policy (`docs/witnesses.md`): flags, else the configuration's `[witness_policy]`.
+#[derive(clap::Args, Debug, Default)]
+pub struct WitnessPolicyArgs {
+    /// A witness's verifier key (`<name>+<key id>+<key>`; repeat the flag): the checkpoint must be
+    /// cosigned by at least --witness-quorum of them, or it is a finding. Default: the
+    /// configuration's `[witness_policy]`, when there is one.
+    #[arg(long = "witness", value_name = "VKEY")]
+    pub witnesses: Vec<String>,
+    /// How many of the --witness keys must have cosigned (default: a majority).
+    #[arg(long, value_name = "K", requires = "witnesses")]
+    pub witness_quorum: Option<usize>,
+}
+
+impl WitnessPolicyArgs {
+    /// The policy from the flags, else from `config`'s `[witness_policy]`; `None` without either.
+    pub fn policy(&self, config: Option<&Config>) -> anyhow::Result<Option<WitnessPolicy>> {
+        if !self.witnesses.is_empty() {
+            return Ok(Some(
+                WitnessPolicy::new(&self.witnesses, self.witness_quorum).context("--witness")?,
+            ));
+        }
+        config
+            .and_then(|c| c.witness_policy.as_ref())
+            .map(|p| WitnessPolicy::new(&p.witnesses, p.quorum).context("[witness_policy]"))
+            .transpose()
+    }
 }
 
 /// The trusted verifier keys from `--key` or the configured default.
@@ -142,6 +172,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         tiles,
         blobs,
         from_checkpoint,
+        witness_policy: args.witnesses.policy(Some(&config))?,
         ..VerifyOptions::default()
     };
     if args.monitor {
@@ -195,6 +226,16 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         );
         for note in &report.notes {
             println!("toolledger verify: note {note}");
+        }
+        if let Some(witnessed) = report.witnessed.as_ref().filter(|w| w.verdict.met()) {
+            println!(
+                "toolledger verify: witnessed: the checkpoint of size {} is cosigned by {} ({} of {}, quorum {})",
+                witnessed.checkpoint.size,
+                witnessed.verdict.names(),
+                witnessed.verdict.cosigned_by.len(),
+                witnessed.verdict.of,
+                witnessed.verdict.quorum
+            );
         }
         for finding in report.findings.iter().take(MAX_PRINTED) {
             println!("toolledger verify: BAD {finding}");

@@ -2,7 +2,8 @@
 //! verifier key alone (no NATS, no configuration needed).
 //!
 //! ```text
-//! FILE + --key (key file or key string) ─▶ toolledger_verify::bundle::verify_bundle (blocking thread)
+//! FILE + --key (key file or key string) + --witness policy
+//!   ─▶ toolledger_verify::bundle::verify_bundle (blocking thread)
 //!   ─▶ ok: summary (or --json report) ─▶ rejected: the reason, exit 1
 //! ```
 
@@ -25,6 +26,9 @@ pub struct Args {
     /// Print the verification report (or the rejection) as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// The witness policy the bundle's checkpoint must meet (flags only: no configuration is read).
+    #[command(flatten)]
+    pub witnesses: super::verify::WitnessPolicyArgs,
 }
 
 fn load_keys(key: &str) -> anyhow::Result<Verifiers> {
@@ -42,10 +46,12 @@ fn load_keys(key: &str) -> anyhow::Result<Verifiers> {
 /// Verifies the bundle; an error (exit 1) naming the reason when it does not verify.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let verifiers = load_keys(&args.key)?;
+    let policy = args.witnesses.policy(None)?;
     let file = args.file.clone();
     let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
     // Hashing every entry and payload blob is CPU work: off the async workers.
-    let result = tokio::task::spawn_blocking(move || verify_bundle(&bytes, &verifiers)).await?;
+    let result =
+        tokio::task::spawn_blocking(move || verify_bundle(&bytes, &verifiers, policy.as_ref())).await?;
     match result {
         Ok(report) if args.json => {
             println!(
@@ -115,4 +121,18 @@ fn print_report(file: &std::path::Path, report: &BundleReport) {
             held.size, held.root
         );
     }
+    if let Some(witnesses) = &report.witnesses {
+        println!("{}", witnessed_line(witnesses));
+    }
+}
+
+/// Which witnesses cosigned the checkpoint, against the policy.
+pub fn witnessed_line(verdict: &toolledger_merkle::WitnessVerdict) -> String {
+    format!(
+        "witnessed: cosigned by {} ({} of the policy's {}, quorum {})",
+        verdict.names(),
+        verdict.cosigned_by.len(),
+        verdict.of,
+        verdict.quorum
+    )
 }

@@ -96,6 +96,7 @@ fn invocation_request(store: &BlobStore, since: Option<String>) -> BundleRequest
         seqs: vec![first + 1, first],
         since_checkpoint: since,
         blobs: Some(store.clone()),
+        witness_policy: None,
     }
 }
 
@@ -157,7 +158,7 @@ fn python_accepts_and_rejects_changes(bytes: &[u8], sample: usize, seed: u64) {
         changed[at] = mix.other_byte(changed[at]);
         // The Rust verifier must reject the same files.
         assert!(
-            verify_bundle(&changed, &verifiers()).is_err(),
+            verify_bundle(&changed, &verifiers(), None).is_err(),
             "rust accepted a change at byte {at}"
         );
         files.push(write(dir.path(), &format!("changed-{i}.json"), &changed));
@@ -237,7 +238,7 @@ async fn an_invocation_bundle_verifies_in_rust_and_python_and_every_changed_byte
     // The file is the canonical document and reads back as the same bundle.
     assert_eq!(EvidenceBundle::from_bytes(&bytes).unwrap(), bundle);
     assert!(bytes.ends_with(b"}\n"));
-    assert_eq!(verify_bundle(&bytes, &verifiers()).unwrap(), report);
+    assert_eq!(verify_bundle(&bytes, &verifiers(), None).unwrap(), report);
 
     // Every byte position, changed two ways: the Rust verifier rejects each.
     let mut mix = Mix(0xB0D1E);
@@ -246,7 +247,7 @@ async fn an_invocation_bundle_verifies_in_rust_and_python_and_every_changed_byte
             let mut changed = bytes.clone();
             changed[at] = new;
             assert!(
-                verify_bundle(&changed, &verifiers()).is_err(),
+                verify_bundle(&changed, &verifiers(), None).is_err(),
                 "accepted {:?} at byte {at} of {}",
                 char::from(new),
                 bytes.len()
@@ -325,6 +326,7 @@ async fn a_session_bundle_of_generated_events_verifies_and_python_rejects_change
             seqs: seqs.clone(),
             since_checkpoint: None,
             blobs: Some(store),
+            witness_policy: None,
         },
     )
     .await
@@ -350,6 +352,7 @@ async fn a_session_bundle_of_generated_events_verifies_and_python_rejects_change
             seqs,
             since_checkpoint: None,
             blobs: None,
+            witness_policy: None,
         },
     )
     .await
@@ -416,7 +419,7 @@ async fn bundles_are_refused_when_the_evidence_does_not_hold() {
     let built = build_bundle(&ledger.js, &source, &invocation_request(&store, None))
         .await
         .unwrap();
-    let error = verify_bundle(&built.bytes, &Verifiers::new([stranger.verifier()])).unwrap_err();
+    let error = verify_bundle(&built.bytes, &Verifiers::new([stranger.verifier()]), None).unwrap_err();
     assert!(
         matches!(error, Error::BundleCheckpointUntrusted { .. }),
         "{error}"
@@ -456,6 +459,6 @@ async fn bundles_are_refused_when_the_evidence_does_not_hold() {
     let mut bundle = EvidenceBundle::from_bytes(&built.bytes).unwrap();
     let moved = bundle.entries[1].payloads.pop().unwrap();
     bundle.entries[0].payloads.push(moved);
-    let error = verify_bundle(&bundle.to_bytes().unwrap(), &verifiers()).unwrap_err();
+    let error = verify_bundle(&bundle.to_bytes().unwrap(), &verifiers(), None).unwrap_err();
     assert!(matches!(error, Error::BundlePayloadRejected { .. }), "{error}");
 }
