@@ -20,6 +20,7 @@ mod project;
 mod query;
 mod replay;
 mod sdk_python;
+mod sdk_rust;
 mod secrets;
 mod sql;
 mod tools;
