@@ -21,6 +21,7 @@ mod query;
 mod replay;
 mod sdk_python;
 mod sdk_rust;
+mod sdk_typescript;
 mod secrets;
 mod sql;
 mod tools;
