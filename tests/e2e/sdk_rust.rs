@@ -14,17 +14,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use toolledger_testkit::{ChildProcess, NatsFixture, python, workspace_root};
-use toolledger_wire::LedgerEntry;
-use toolledger_wire::streams::{LEDGER, QUARANTINE};
+use toolledger_testkit::{ChildProcess, python, workspace_root};
 
 use crate::fixture::{Rng, fault_seed};
+use crate::producers::{
+    CYCLES, Ledger, UNREACHABLE, assert_exactly_once, assert_fdatasync_before_emit_returns, emitted,
+    official_for,
+};
 use crate::toolledger;
-
-/// Kill cycles (STYLE.md: at least 20 for a fault test).
-const CYCLES: usize = 20;
-/// A port nothing listens on: a producer pointed there keeps everything in its spool.
-const UNREACHABLE: &str = "nats://127.0.0.1:1";
 
 /// The `producer_run` example of the SDK crate, beside this test binary in the target directory
 /// (`<target>/<profile>/deps/e2e-…` → `<target>/<profile>/examples/producer_run[-hash]`): the newest
@@ -59,133 +56,6 @@ fn producer(args: &[&str]) -> ChildProcess {
     ChildProcess::spawn(&producer_run(), args, &[])
 }
 
-/// Event ids a producer said it emitted: complete `E <id>` lines only.
-fn emitted(stdout: &str) -> Vec<String> {
-    let complete = &stdout[..stdout.rfind('\n').map_or(0, |i| i + 1)];
-    complete
-        .lines()
-        .filter_map(|l| l.strip_prefix("E "))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// A nats-server with the contract `init` creates and an ingest running against it.
-struct Ledger {
-    nats: NatsFixture,
-    ingest: ChildProcess,
-    _data: tempfile::TempDir,
-}
-
-impl Ledger {
-    fn start() -> Self {
-        let nats = NatsFixture::start();
-        let data = tempfile::tempdir().unwrap();
-        let url = nats.url();
-        let env = [
-            ("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap()),
-            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
-            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
-        ];
-        let mut init = ChildProcess::spawn(toolledger(), ["init", "--nats-url", &url], &env);
-        let status = init.wait_timeout(Duration::from_secs(60)).expect("init exits");
-        assert!(status.success(), "init failed\n{}", init.stderr());
-        let ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", &url], &env);
-        Self {
-            nats,
-            ingest,
-            _data: data,
-        }
-    }
-
-    /// How often each event id of `tenant` is in the ledger, and how many rejects there are.
-    fn ids(&self, tenant: &str) -> (HashMap<String, usize>, usize) {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(ledger_ids(&self.nats.url(), tenant))
-    }
-
-    /// Waits until every id in `want` is in the ledger (at most 90 s), then until it stops growing.
-    fn settled(&mut self, tenant: &str, want: &HashSet<String>) -> (HashMap<String, usize>, usize) {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let (ids, _) = self.ids(tenant);
-            let missing = want.iter().filter(|id| !ids.contains_key(*id)).count();
-            if missing == 0 {
-                break;
-            }
-            assert!(
-                self.ingest.try_status().is_none(),
-                "ingest exited\n{}",
-                self.ingest.stderr()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "{missing} of {} emitted events never reached the ledger",
-                want.len()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-        self.ids(tenant)
-    }
-
-    fn stop(mut self) {
-        let status = self
-            .ingest
-            .terminate(Duration::from_secs(30))
-            .expect("ingest stops");
-        assert!(status.success(), "{}", self.ingest.stderr());
-    }
-}
-
-async fn ledger_ids(url: &str, tenant: &str) -> (HashMap<String, usize>, usize) {
-    let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
-    let tail = toolledger_ledger::last_sequence(&js, LEDGER).await.unwrap();
-    let mut ids = HashMap::new();
-    let mut receipts = 0;
-    if tail > 0 {
-        for (_, bytes) in toolledger_ledger::read_range(&js, LEDGER, 1, tail).await.unwrap() {
-            // The producers' inputs carry `pin: secret-<n>`, a field only their tool declares
-            // sensitive: ingest must have scrubbed every one.
-            assert!(
-                !bytes.windows(7).any(|w| w == b"secret-"),
-                "a declared sensitive field reached the ledger: {}",
-                String::from_utf8_lossy(&bytes)
-            );
-            let entry = LedgerEntry::parse(&bytes).unwrap();
-            if entry.event.ty() == "toolledger.quarantine.recorded" {
-                receipts += 1;
-            }
-            if entry.event.extension("tenant").map(|t| t.to_string()).as_deref() == Some(tenant) {
-                *ids.entry(entry.event.id().to_owned()).or_insert(0) += 1;
-            }
-        }
-    }
-    let mut quarantine = js.get_stream(QUARANTINE).await.unwrap();
-    let quarantined = quarantine.info().await.unwrap().state.messages;
-    (ids, receipts + quarantined as usize)
-}
-
-/// Every emitted id is in the ledger exactly once, nothing of the tenant twice, nothing quarantined.
-fn assert_exactly_once(seed: u64, ids: &HashMap<String, usize>, receipts: usize, want: &HashSet<String>) {
-    for id in want {
-        assert_eq!(
-            ids.get(id),
-            Some(&1),
-            "seed {seed}: event {id} in the ledger {:?} times",
-            ids.get(id)
-        );
-    }
-    let twice: Vec<_> = ids.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "seed {seed}: appended twice: {twice:?}");
-    assert_eq!(
-        receipts, 0,
-        "seed {seed}: a retry was quarantined (duplicate_conflict?)"
-    );
-}
-
 /// Runs `producer_run` to completion; returns its stdout.
 fn run(args: &[&str]) -> String {
     let output = std::process::Command::new(producer_run())
@@ -201,24 +71,6 @@ fn run(args: &[&str]) -> String {
     stdout
 }
 
-/// The official object each class's data is (DESIGN.md §3); permission requests have none.
-fn official_for(class: &str) -> Option<&'static str> {
-    Some(match class {
-        "tool.declared" => "agenttool-tool-declaration",
-        "tool.permission.decided" => "agenttool-permission-decision",
-        "tool.permission.requested" => return None,
-        "tool.invocation.progress" => "agenttool-progress",
-        "tool.invocation.partial_result" | "tool.result.created" | "tool.result.redacted" => {
-            "agenttool-result"
-        }
-        c if c.starts_with("tool.hook.") => "agenttool-hook",
-        c if c.starts_with("tool.invocation.") => "agenttool-invocation",
-        _ => return None,
-    })
-}
-
-/// Reads a spool with the Python SDK's own `Spool` and prints each record as the structured event
-/// ingest would decode (percent-decoded `ce-*` headers, data from the body).
 const PYTHON_READER: &str = r#"
 import json, sys, urllib.parse
 from toolledger_producer.spool import Spool
@@ -500,4 +352,15 @@ fn sdk_rust_nothing_is_lost_while_nats_server_is_down() {
     let (ids, receipts) = ledger.settled("acme", &want);
     assert_exactly_once(0, &ids, receipts, &want);
     ledger.stop();
+}
+
+#[test]
+fn sdk_rust_every_event_policy_fdatasyncs_before_emit_returns() {
+    assert_fdatasync_before_emit_returns(|policy, spool| {
+        let mut command = std::process::Command::new(producer_run());
+        command
+            .args(["emit", UNREACHABLE, spool, "acme", "inv-trace"])
+            .args(["--count", "10", "--flush-timeout", "0", "--fsync", policy]);
+        command
+    });
 }
