@@ -6,10 +6,18 @@
 //
 // Each step is reported on its own; the first failing one is named (leaf hash mismatch, root
 // mismatch, bad signature, unknown key), never hidden behind a spinner.
+//
+// With a witness policy pinned (Settings: witnesses' verifier keys, a quorum k; docs/witnesses.md),
+// the checkpoint each entry rests on is also checked for C2SP cosignature/v1 lines:
+//
+//   — <witness> base64(key id ‖ time ‖ sig) ─Ed25519 over "cosignature/v1\ntime <t>\n" ‖ text─▶
+//       a listed witness's line that fails: bad cosignature (NOT verified)
+//       fewer than k listed witnesses: not witnessed (a finding, never shown as verified)
+//       lines of witnesses not listed: ignored, as C2SP asks
 
 import { h, clear, link, section, table, short, stateBadge } from './dom.js';
 import { get } from './api.js';
-import { pinnedKey } from './settings.js';
+import { pinnedKey, pinnedWitnessPolicy } from './settings.js';
 
 const utf8 = new TextEncoder();
 
@@ -68,8 +76,12 @@ export async function rootFromInclusion(leaf, index, size, path) {
   return r;
 }
 
-/** Verifier keys `<name>+<key id>+<base64(0x01 ‖ Ed25519 public key)>`, one per line. */
-export async function parseVerifierKey(text) {
+/**
+ * Keys `<name>+<key id>+<base64(type ‖ Ed25519 public key)>`, one per line, of one signature type
+ * (0x01 a log's note key, 0x04 a witness's cosignature/v1 key); the key id is
+ * SHA-256(name ‖ 0x0A ‖ type ‖ key)[:4]. Blank lines and lines starting with # are skipped.
+ */
+async function parseKeys(text, type, what) {
   const keys = [];
   for (const raw of text.split('\n')) {
     const line = raw.trim();
@@ -81,7 +93,7 @@ export async function parseVerifierKey(text) {
     if (!name || /[\s+]/.test(name)) throw new Error('bad key name');
     if (!/^[0-9a-f]{8}$/.test(idHex)) throw new Error('the key id is not 8 lowercase hex digits');
     const material = fromBase64(b64);
-    if (material.length !== 33 || material[0] !== 0x01) throw new Error('not an Ed25519 key (0x01 and 32 bytes)');
+    if (material.length !== 33 || material[0] !== type) throw new Error(`not ${what} (0x0${type} and 32 bytes)`);
     const expect = (await sha256(concat(utf8.encode(name), [0x0a], material))).slice(0, 4);
     if (hex(expect) !== idHex) throw new Error('the key id does not match the key');
     const publicKey = await crypto.subtle.importKey('raw', material.slice(1), { name: 'Ed25519' }, false, ['verify']);
@@ -89,6 +101,28 @@ export async function parseVerifierKey(text) {
   }
   if (!keys.length) throw new Error('no key in the text');
   return keys;
+}
+
+/** Verifier keys `<name>+<key id>+<base64(0x01 ‖ Ed25519 public key)>`, one per line. */
+export function parseVerifierKey(text) {
+  return parseKeys(text, 0x01, 'an Ed25519 key');
+}
+
+/**
+ * A witness policy: the witnesses' verifier keys (`<name>+<key id>+<base64(0x04 ‖ key)>`, one per
+ * line, a repeated key counted once) and the quorum, a number as text ('' or absent: a majority).
+ * Returns {witnesses, quorum}.
+ */
+export async function parseWitnessPolicy(keysText, quorumText = '') {
+  const witnesses = [];
+  for (const key of await parseKeys(keysText, 0x04, 'a cosignature/v1 witness key')) {
+    if (!witnesses.some((w) => w.name === key.name && w.idHex === key.idHex)) witnesses.push(key);
+  }
+  const given = String(quorumText ?? '').trim();
+  if (given && !/^[1-9][0-9]*$/.test(given)) throw new Error(`the quorum is not a positive whole number: ${given}`);
+  const quorum = given ? Number(given) : Math.floor(witnesses.length / 2) + 1;
+  if (quorum > witnesses.length) throw new Error(`a quorum of ${quorum} needs at least ${quorum} witnesses; ${witnesses.length} listed`);
+  return { witnesses, quorum };
 }
 
 /** A checkpoint body's origin, size (NaN when not a number) and root (null when not base64). */
@@ -133,12 +167,51 @@ export async function openCheckpoint(note, keys) {
   return { ok: true, origin, size, root, signers, verifiedBy };
 }
 
+/**
+ * The cosignatures by the policy's witnesses on a checkpoint note (C2SP tlog-cosignature): each line
+ * whose name and key id are a listed witness's must verify — else {ok: false, detail} — and lines
+ * of anyone else are ignored. Returns {ok: true, cosignedBy: [{name, idHex, time}], quorum, of, met}.
+ * The log's own signature is openCheckpoint's business.
+ */
+export async function checkCosignatures(note, policy) {
+  const split = note.lastIndexOf('\n\n');
+  const text = split < 0 ? '' : note.slice(0, split + 1);
+  const cosignedBy = [];
+  for (const line of split < 0 ? [] : note.slice(split + 2).split('\n').filter(Boolean)) {
+    const m = /^\u2014 (\S+) (\S+)$/.exec(line);
+    let blob = null;
+    try { blob = m ? fromBase64(m[2]) : null; } catch { blob = null; }
+    if (!blob || blob.length < 4) continue; // not a signature line any listed witness could own
+    const idHex = hex(blob.slice(0, 4));
+    const witness = policy.witnesses.find((w) => w.name === m[1] && w.idHex === idHex);
+    if (!witness) continue;
+    const bad = { ok: false, detail: `the cosignature by ${witness.name}+${witness.idHex} does not verify over the checkpoint text` };
+    // time (8 bytes, big-endian, at most 2^63 − 1) and the Ed25519 signature (64 bytes)
+    if (blob.length !== 4 + 8 + 64) return bad;
+    const time = new DataView(blob.buffer, blob.byteOffset + 4, 8).getBigUint64(0);
+    if (time > 0x7fffffffffffffffn) return bad;
+    const message = concat(utf8.encode(`cosignature/v1\ntime ${time}\n`), utf8.encode(text));
+    if (!(await crypto.subtle.verify({ name: 'Ed25519' }, witness.publicKey, blob.slice(12), message))) return bad;
+    if (!cosignedBy.some((c) => c.name === witness.name && c.idHex === witness.idHex)) {
+      cosignedBy.push({ name: witness.name, idHex: witness.idHex, time: Number(time) });
+    }
+  }
+  const of = policy.witnesses.length;
+  return { ok: true, cosignedBy, quorum: policy.quorum, of, met: cosignedBy.length >= policy.quorum };
+}
+
+/** "w1, w2 (2 of 3, quorum 2)": who cosigned, of how many listed, and how many the policy asks for. */
+export function witnessSummary(w) {
+  const names = w.cosignedBy.map((c) => c.name).join(', ') || 'none';
+  return `${names} (${w.cosignedBy.length} of ${w.of}, quorum ${w.quorum})`;
+}
+
 function step(name, ok, detail) {
   return { name, ok, detail };
 }
 
 /** Verifies one entry's inclusion proof; `shown` is the projection's timeline row for it. */
-async function verifyEntry(shown, proof, keys, notes) {
+async function verifyEntry(shown, proof, keys, notes, policy, witnessed) {
   const steps = [];
   const fail = (failure, name, detail) => {
     steps.push(step(name, false, detail));
@@ -177,7 +250,13 @@ async function verifyEntry(shown, proof, keys, notes) {
   }
   steps.push(step('checkpoint root', true, `${note.origin} size ${note.size}`));
   steps.push(step('checkpoint signature', true, `Ed25519 by ${note.verifiedBy}`));
-  return { seq: shown.seq, ok: true, steps, proof, checkpoint: note };
+  if (!policy) return { seq: shown.seq, ok: true, steps, proof, checkpoint: note };
+  if (!witnessed.has(proof.checkpoint)) witnessed.set(proof.checkpoint, await checkCosignatures(proof.checkpoint, policy));
+  const w = witnessed.get(proof.checkpoint);
+  if (!w.ok) return fail('bad cosignature', 'witnesses', w.detail);
+  // Under the quorum the entry's proof still holds; the checkpoint it rests on is the finding.
+  steps.push(step('witnesses', w.met, `${w.met ? 'witnessed by' : 'not witnessed: cosigned by'} ${witnessSummary(w)}`));
+  return { seq: shown.seq, ok: true, steps, proof, checkpoint: note, witnessed: w };
 }
 
 /**
@@ -205,10 +284,12 @@ async function bundleProofs(reconstruction) {
 }
 
 /**
- * Verifies every timeline entry of a reconstruction. Returns {ok, failure, firstBad, entries, key}.
- * The proofs come in one request (the invocation's evidence bundle); when it cannot be had (an entry
- * not signed yet), each entry's proof is asked for on its own. `progress(done, total)` is told as
- * entries are checked.
+ * Verifies every timeline entry of a reconstruction. Returns {ok, failure, detail, firstBad, entries,
+ * keys, checkpoint, policy, witnessed}. The proofs come in one request (the invocation's evidence
+ * bundle); when it cannot be had (an entry not signed yet, no checkpoint meeting the server's
+ * witness policy), each entry's proof is asked for on its own. `progress(done, total)` is told as
+ * entries are checked. With a witness policy pinned, every entry's checkpoint must meet it: one that
+ * does not makes the result the finding 'not witnessed' (`witnessed` is then that checkpoint's).
  */
 export async function verifyInvocation(reconstruction, progress = () => {}) {
   const text = pinnedKey();
@@ -219,7 +300,15 @@ export async function verifyInvocation(reconstruction, progress = () => {}) {
   try { keys = await parseVerifierKey(text); } catch (error) {
     return { ok: false, failure: 'unknown key', detail: `the pinned key is not usable: ${error.message}`, entries: [] };
   }
+  const pinnedPolicy = pinnedWitnessPolicy();
+  let policy = null;
+  if (pinnedPolicy) {
+    try { policy = await parseWitnessPolicy(pinnedPolicy.keys, pinnedPolicy.quorum); } catch (error) {
+      return { ok: false, failure: 'witness policy unusable', detail: `the pinned witness policy is not usable: ${error.message}`, entries: [] };
+    }
+  }
   const notes = new Map();
+  const witnessed = new Map();
   const entries = [];
   const timeline = reconstruction.timeline;
   let bundled = new Map();
@@ -234,29 +323,49 @@ export async function verifyInvocation(reconstruction, progress = () => {}) {
       progress(entries.length, timeline.length);
       continue;
     }
-    entries.push(await verifyEntry(shown, proof, keys, notes));
+    entries.push(await verifyEntry(shown, proof, keys, notes, policy, witnessed));
     progress(entries.length, timeline.length);
   }
   const firstBad = entries.find((e) => !e.ok) || null;
   const good = entries.find((e) => e.ok);
+  const unwitnessed = policy ? entries.find((e) => e.ok && !e.witnessed.met) || null : null;
+  let failure = firstBad ? firstBad.failure : (entries.length ? null : 'nothing to verify');
+  let detail = firstBad ? firstBad.steps[firstBad.steps.length - 1].detail : null;
+  if (!failure && unwitnessed) {
+    failure = 'not witnessed';
+    detail = `the checkpoint of size ${unwitnessed.checkpoint.size} (ledger seq ${unwitnessed.seq} rests on it) is cosigned by ` +
+      `${witnessSummary(unwitnessed.witnessed)}; the pinned policy lists ${policy.witnesses.map((w) => `${w.name}+${w.idHex}`).join(', ')}`;
+  }
   return {
-    ok: entries.length > 0 && !firstBad,
-    failure: firstBad ? firstBad.failure : (entries.length ? null : 'nothing to verify'),
-    detail: firstBad ? firstBad.steps[firstBad.steps.length - 1].detail : null,
+    ok: entries.length > 0 && !firstBad && !unwitnessed,
+    failure,
+    detail,
     firstBad,
     entries,
     keys: keys.map((k) => `${k.name}+${k.idHex}`),
-    checkpoint: good ? good.checkpoint : null,
+    checkpoint: unwitnessed ? unwitnessed.checkpoint : good ? good.checkpoint : null,
+    policy: policy ? { witnesses: policy.witnesses.map((w) => `${w.name}+${w.idHex}`), quorum: policy.quorum } : null,
+    witnessed: unwitnessed ? unwitnessed.witnessed : good && good.witnessed ? good.witnessed : null,
   };
 }
 
-/** The badge the invocation page shows: green verified, or red naming the failed step. */
+/**
+ * The badge the invocation page shows: green verified (naming the witnesses under a pinned policy),
+ * amber not witnessed (every proof holds but the checkpoint is under the policy's quorum: a finding,
+ * not a pass), or red naming the failed step.
+ */
 export function badge(result) {
   if (!result) return h('span', { class: 'badge vf-pending', 'data-test': 'verified-badge', 'data-verified': 'pending' }, 'verifying…');
   if (result.ok) {
+    const witnesses = result.witnessed ? ` · witnessed by ${witnessSummary(result.witnessed)}` : '';
     return h('span', { class: 'badge vf-ok', 'data-test': 'verified-badge', 'data-verified': 'true',
-      title: `every entry proven in checkpoint size ${result.checkpoint.size}, signed by ${result.checkpoint.verifiedBy}` },
-    `✓ verified · ${result.entries.length} entries · key ${result.checkpoint.verifiedBy}`);
+      title: `every entry proven in checkpoint size ${result.checkpoint.size}, signed by ${result.checkpoint.verifiedBy}${witnesses}` },
+    `✓ verified · ${result.entries.length} entries · key ${result.checkpoint.verifiedBy}${witnesses}`);
+  }
+  if (result.failure === 'not witnessed' && result.witnessed) {
+    return h('span', { class: 'badge vf-warn', 'data-test': 'verified-badge', 'data-verified': 'unwitnessed', 'data-failure': result.failure,
+      title: result.detail },
+    `✗ not witnessed: cosigned by ${witnessSummary(result.witnessed)} · ${result.entries.length} entries proven under key ${result.checkpoint.verifiedBy}`);
   }
   const where = result.firstBad ? ` at ledger seq ${result.firstBad.seq}` : '';
   return h('span', { class: 'badge vf-bad', 'data-test': 'verified-badge', 'data-verified': 'false', 'data-failure': result.failure },
@@ -280,32 +389,49 @@ export async function renderVerification(view, tenant, id, stale) {
   if (stale()) return;
   clear(status).append(badge(result));
   progress.textContent = result.ok ? 'Every step of every entry passed.' : '';
-  if (!result.ok) {
+  if (result.failure === 'not witnessed') {
+    body.append(h('div', { class: 'warn-box', 'data-test': 'verify-failure' },
+      h('strong', {}, 'Finding: not witnessed'), ' (every proof holds, but the checkpoint is under the pinned witness policy\'s quorum)',
+      h('br'), result.detail || ''));
+  } else if (!result.ok) {
     body.append(h('div', { class: 'error', 'data-test': 'verify-failure' },
       h('strong', {}, `Failed step: ${result.failure}`),
       result.firstBad ? ` (ledger seq ${result.firstBad.seq})` : '',
       h('br'), result.detail || ''));
   }
   const cp = result.checkpoint;
+  const w = result.witnessed;
+  const witnessFacts = result.policy ? [
+    h('dt', {}, 'witness policy'), h('dd', { class: 'mono', 'data-test': 'witness-policy' },
+      `${result.policy.witnesses.join(', ')} · quorum ${result.policy.quorum}`),
+    h('dt', {}, 'witnesses'), h('dd', { class: w && w.met ? 'ok' : 'warn', 'data-test': 'witnessed' },
+      w ? `${w.met ? 'witnessed by' : 'not witnessed: cosigned by'} ${witnessSummary(w)}` : '—'),
+    h('dt', {}, 'cosigned at'), h('dd', { class: 'mono' },
+      w && w.cosignedBy.length ? w.cosignedBy.map((c) => `${c.name}+${c.idHex} ${new Date(c.time * 1000).toISOString()}`).join(', ') : '—'),
+  ] : [];
   body.append(section('Trust',
     h('dl', { class: 'facts' },
       h('dt', {}, 'pinned key'), h('dd', { class: 'mono', 'data-test': 'pinned-key' }, (result.keys || []).join(', ') || 'none'),
       h('dt', {}, 'verified by'), h('dd', { class: 'mono' }, cp ? cp.verifiedBy : '—'),
       h('dt', {}, 'checkpoint'), h('dd', { class: 'mono' }, cp ? `${cp.origin} · size ${cp.size} · root ${hex(cp.root)}` : '—'),
-      h('dt', {}, 'signers in the note'), h('dd', { class: 'mono' }, cp ? cp.signers.join(', ') : '—'))));
+      h('dt', {}, 'signers in the note'), h('dd', { class: 'mono' }, cp ? cp.signers.join(', ') : '—'),
+      ...witnessFacts)));
   const names = ['leaf hash', 'entry is the event shown', 'inclusion path', 'checkpoint root', 'checkpoint signature'];
+  const headers = ['leaf hash', 'event shown', 'inclusion path', 'checkpoint root', 'signature'];
+  if (result.policy) { names.push('witnesses'); headers.push('witnesses'); }
   const rows = result.entries.map((e) => {
     const cells = names.map((name) => {
       const s = e.steps.find((x) => x.name === name);
       if (!s) return h('td', { class: 'step-skip' }, '·');
-      return h('td', { class: s.ok ? 'step-ok' : 'step-bad', title: s.detail }, s.ok ? '✓' : '✕');
+      // A checkpoint under the quorum is a finding on a proof that holds, not a failed step.
+      const kind = s.ok ? 'step-ok' : e.ok ? 'step-warn' : 'step-bad';
+      return h('td', { class: kind, title: s.detail }, s.ok ? '✓' : '✕');
     });
     const last = e.steps[e.steps.length - 1];
     return h('tr', { 'data-seq': e.seq, class: e.ok ? '' : 'row-bad' },
       h('td', { class: 'mono' }, String(e.seq)), ...cells,
       h('td', { class: e.ok ? 'muted mono' : 'bad' }, e.ok ? short(e.proof.leaf_hash, 16) : `${e.failure}: ${last ? last.detail : ''}`));
   });
-  const headers = ['leaf hash', 'event shown', 'inclusion path', 'checkpoint root', 'signature'];
   body.append(section('Entries',
     table(['seq', ...headers, 'detail'], rows, { class: 'steps', 'data-test': 'verify-steps' })));
   return result;

@@ -6,31 +6,16 @@
 // TOOLLEDGER_UI_TENANT_TOKEN (reads TOOLLEDGER_UI_TENANT only), TOOLLEDGER_UI_KEY (the verifier key),
 // TOOLLEDGER_SCREENSHOTS (a directory). Exits 1 when any check fails.
 
-import { chromium } from 'playwright-core';
 import crypto from 'node:crypto';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
+import { checks, env, openBrowser } from './harness.mjs';
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) { console.error(`ui.mjs: ${name} is not set`); process.exit(2); }
-  return value;
-};
 const base = env('TOOLLEDGER_UI_BASE');
 const adminToken = env('TOOLLEDGER_UI_ADMIN_TOKEN');
 const tenantToken = env('TOOLLEDGER_UI_TENANT_TOKEN');
 const tenant = env('TOOLLEDGER_UI_TENANT');
 const verifierKey = env('TOOLLEDGER_UI_KEY').trim();
 const shots = env('TOOLLEDGER_SCREENSHOTS');
-fs.mkdirSync(shots, { recursive: true });
-
-let passed = 0;
-let failed = 0;
-function check(ok, what, detail = '') {
-  if (ok) { passed += 1; console.log(`ok - ${what}`); } else { failed += 1; console.log(`FAILED - ${what} ${detail}`); }
-  return ok;
-}
+const { check, finish } = checks();
 
 // The API as a plain client sees it: what the page must agree with.
 async function api(pathname, params = {}, token = adminToken) {
@@ -51,49 +36,9 @@ async function apiAll(pathname, params = {}, token = adminToken) {
   return items;
 }
 
-const userData = fs.mkdtempSync(path.join(os.tmpdir(), 'toolledger-chromium-'));
-const context = await chromium.launchPersistentContext(userData, {
-  executablePath: process.env.TOOLLEDGER_CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  viewport: { width: 1400, height: 900 },
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
-});
-const page = context.pages()[0] || await context.newPage();
-const problems = [];
-let expectErrors = false;
-page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-page.on('console', (m) => { if (m.type() === 'error' && !expectErrors) problems.push(`console: ${m.text()}`); });
-const requests = [];
-page.on('request', (r) => requests.push({ url: r.url(), auth: r.headers().authorization || null }));
-
-const ready = () => page.waitForSelector('body[data-ready]', { timeout: 30000 });
-// Clicks a link to another page and waits for that page: `data-ready` holds the hash it was drawn
-// for, and until the hashchange handler runs the old page's value is still there.
-async function navigate(selector) {
-  const before = await page.getAttribute('body', 'data-ready');
-  await page.click(selector);
-  await page.waitForFunction((b) => document.body.dataset.ready && document.body.dataset.ready !== b, before, { timeout: 30000 });
-}
-async function go(hash) {
-  await page.evaluate((h) => { location.hash = h; }, hash);
-  await ready();
-}
-async function shot(name) {
-  const file = path.join(shots, `${name}.png`);
-  await page.mouse.move(4, 890);
-  await page.screenshot({ path: file, fullPage: true });
-  console.log(`screenshot ${file}`);
-}
-const text = () => page.evaluate(() => document.body.innerText);
-async function signIn(token, key = verifierKey) {
-  await page.goto(`${base}/`);
-  await page.waitForSelector('form[data-test=sign-in]');
-  await page.fill('#token', token);
-  await page.fill('#verifier-key', key);
-  await page.click('form[data-test=sign-in] button[type=submit]');
-  await ready();
-}
+const browser = await openBrowser({ base, shots });
+const { page, problems, requests, ready, navigate, go, shot, text } = browser;
+const signIn = (token, key = verifierKey) => browser.signIn(token, key);
 
 try {
   // Assets: no token needed, strict policy; data: token needed.
@@ -344,9 +289,9 @@ try {
     'the page never asks for another tenant');
   // A link to another tenant's session, typed by hand: refused by the server, nothing rendered.
   const other = sessions.find((s) => s.tenant !== tenant);
-  expectErrors = true;
+  browser.expectErrors = true;
   await go(`#/session/${encodeURIComponent(other.tenant)}/${encodeURIComponent(other.session_id)}`);
-  expectErrors = false;
+  browser.expectErrors = false;
   const refused = await page.textContent('[data-test=error]').catch(() => '');
   check(/40[34]/.test(refused), `another tenant's session by URL is refused (${refused.trim().slice(0, 40)})`);
   check(!(await page.$('[data-test=timeline]')), 'and nothing of it is drawn');
@@ -356,8 +301,6 @@ try {
   check(false, 'the walk-through ran to its end', error.stack);
   await shot('failure').catch(() => {});
 } finally {
-  await context.close();
-  fs.rmSync(userData, { recursive: true, force: true });
+  await browser.close();
 }
-console.log(`ui: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();

@@ -7,13 +7,27 @@
 //!
 //! Skipped, with a message, when chromium, node or the npm packages are missing — unless
 //! `TOOLLEDGER_REQUIRE_BROWSER` is set (`scripts/test` sets it), then that is a failure.
+//!
+//! The second test runs the view under a witness policy: `toolledger up` whose ingest asks three
+//! real `toolledger witness` processes to cosign each checkpoint and whose query service proves
+//! bundles under a 2-of-3 `[witness_policy]`; `tests/browser/witness.mjs` pins witness policies in
+//! Settings and checks the verification badge: verified and naming the cosigning witnesses under 2
+//! of 3, the finding "not witnessed" (never "verified") when fewer than the quorum of the pinned
+//! witnesses cosigned (lines removed in flight, or a stranger's key in the policy), a failure when a
+//! listed witness's line is altered, and no witness text once the policy is forgotten.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use async_nats::jetstream;
+use toolledger_merkle::{CosignatureSigner, CosignatureVerifier, NoteSigner};
+use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::workspace_root;
 
+use crate::fixture::Up;
 use crate::query::{ACME_TOKEN, ADMIN_TOKEN, load, request};
+use crate::witness::{ORIGIN, WitnessProcess, cosigned_by};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -38,17 +52,25 @@ fn browser() -> Result<PathBuf, String> {
     Ok(script_dir)
 }
 
-#[test]
-fn the_web_view_shows_sessions_invocations_and_verification_and_a_tampered_entry_fails() {
-    let script_dir = match browser() {
-        Ok(dir) => dir,
+/// `tests/browser`, ready to run a script; `None` (after saying why) when the browser test cannot
+/// run here. Panics instead when `TOOLLEDGER_REQUIRE_BROWSER` is set.
+pub(crate) fn browser_or_skip() -> Option<PathBuf> {
+    match browser() {
+        Ok(dir) => Some(dir),
         Err(why) if std::env::var_os("TOOLLEDGER_REQUIRE_BROWSER").is_some() => {
             panic!("TOOLLEDGER_REQUIRE_BROWSER is set but the browser test cannot run: {why}")
         }
         Err(why) => {
             eprintln!("skipped: the web view's browser test cannot run: {why}");
-            return;
+            None
         }
+    }
+}
+
+#[test]
+fn the_web_view_shows_sessions_invocations_and_verification_and_a_tampered_entry_fails() {
+    let Some(script_dir) = browser_or_skip() else {
+        return;
     };
     let mut loaded = load();
     let api = loaded.api;
@@ -140,4 +162,107 @@ fn the_web_view_shows_sessions_invocations_and_verification_and_a_tampered_entry
         );
     }
     let _ = loaded.up.terminate(Duration::from_secs(30));
+}
+
+#[test]
+fn the_web_view_names_the_witnesses_and_flags_a_checkpoint_under_the_pinned_quorum() {
+    let Some(script_dir) = browser_or_skip() else {
+        return;
+    };
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    // The ledger's signing key is made before `up` (which keeps an existing key), so the witnesses
+    // know the log's verifier key before ingest first asks them.
+    let keys = dir.path().join("data/keys");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&keys)
+        .unwrap();
+    let signer = NoteSigner::generate(ORIGIN).unwrap();
+    signer.save(&keys.join("checkpoint.key")).unwrap();
+    let log_key = signer.verifier().to_string();
+    let mut witnesses: Vec<WitnessProcess> = (1..=3)
+        .map(|i| WitnessProcess::start(&format!("witness.test/web{i}"), &log_key))
+        .collect();
+    let vkeys: Vec<String> = witnesses.iter().map(|w| w.key.to_string()).collect();
+
+    let mut extra = "\n[ledger]\ncheckpoint_interval_ms = 100\nwitness_quorum = 2\n".to_owned();
+    for witness in &witnesses {
+        extra.push_str(&format!(
+            "\n[[ledger.witnesses]]\nurl = \"{}\"\nkey = \"{}\"\n",
+            witness.url(),
+            witness.key
+        ));
+    }
+    let listed: Vec<String> = vkeys.iter().map(|k| format!("\"{k}\"")).collect();
+    extra.push_str(&format!(
+        "\n[witness_policy]\nquorum = 2\nwitnesses = [{}]\n",
+        listed.join(", ")
+    ));
+    let up = Up::start(dir.path(), &extra, &[]);
+    let generated = generate(&GeneratorConfig {
+        seed: 7,
+        ..GeneratorConfig::default()
+    });
+    let ledger_size = up.publish(&generated.events, toolledger_wire::Mode::Binary);
+
+    // A checkpoint covering every entry, cosigned by all three: the query service has one that meets
+    // its policy to prove the bundles in.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let js = runtime.block_on(async { jetstream::new(async_nats::connect(&up.nats_url).await.unwrap()) });
+    let all: Vec<&CosignatureVerifier> = witnesses.iter().map(|w| &w.key).collect();
+    let (size, _, _) = cosigned_by(&runtime, &js, &all, ledger_size);
+    println!(
+        "ledger of {ledger_size} entries, checkpoint {size} cosigned by 3 witnesses, in {:?}",
+        started.elapsed()
+    );
+
+    let stranger = CosignatureSigner::generate("witness.test/stranger").unwrap();
+    let shots_temp = tempfile::tempdir().unwrap();
+    let shots = std::env::var_os("TOOLLEDGER_SCREENSHOTS")
+        .map_or_else(|| shots_temp.path().to_path_buf(), PathBuf::from);
+    let out = std::process::Command::new("node")
+        .arg("witness.mjs")
+        .current_dir(&script_dir)
+        .env("TOOLLEDGER_UI_BASE", format!("http://{}", up.api))
+        .env("TOOLLEDGER_UI_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("TOOLLEDGER_UI_TENANT", "acme")
+        .env("TOOLLEDGER_UI_KEY", &log_key)
+        .env("TOOLLEDGER_UI_WITNESS_KEYS", vkeys.join("\n"))
+        .env("TOOLLEDGER_UI_STRANGER_KEY", stranger.verifier().to_string())
+        .env("TOOLLEDGER_SCREENSHOTS", &shots)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    print!("{stdout}");
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "the browser's witness checks failed (screenshots in {})\n{}",
+        shots.display(),
+        up.child.stderr()
+    );
+    assert!(
+        stdout.contains("ui: ") && stdout.contains(" passed, 0 failed"),
+        "{stdout}"
+    );
+    for name in ["verification-witnessed", "verification-not-witnessed"] {
+        let file = shots.join(format!("{name}.png"));
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        assert!(
+            bytes.starts_with(b"\x89PNG"),
+            "{} is not a screenshot",
+            file.display()
+        );
+    }
+
+    up.stop();
+    for witness in &mut witnesses {
+        let _ = witness.child.terminate(Duration::from_secs(10));
+    }
+    println!("web witness test done in {:?}", started.elapsed());
 }

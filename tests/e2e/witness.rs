@@ -19,7 +19,7 @@ use crate::toolledger;
 
 /// The demo events are emitted in this many parts, so ingest signs at least this many checkpoints.
 const PARTS: usize = 4;
-const ORIGIN: &str = "toolledger/ATL_LEDGER";
+pub(crate) const ORIGIN: &str = "toolledger/ATL_LEDGER";
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -221,18 +221,18 @@ fn verifier_key(data: &Path) -> String {
 }
 
 /// One `toolledger witness` process with its own state directory.
-struct WitnessProcess {
+pub(crate) struct WitnessProcess {
     dir: tempfile::TempDir,
     config: PathBuf,
-    child: ChildProcess,
+    pub(crate) child: ChildProcess,
     addr: SocketAddr,
-    key: CosignatureVerifier,
+    pub(crate) key: CosignatureVerifier,
     name: String,
     log_key: String,
 }
 
 impl WitnessProcess {
-    fn start(name: &str, log_key: &str) -> Self {
+    pub(crate) fn start(name: &str, log_key: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("witness.toml");
         Self::write_config(&config, name, log_key, "127.0.0.1:0");
@@ -289,7 +289,7 @@ impl WitnessProcess {
         (child, addr.parse().unwrap(), key)
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
@@ -514,7 +514,7 @@ fn three_witnesses_cosign_a_ledger_and_refuse_forks_and_rollbacks() {
 
 /// The latest checkpoint once each of `witnesses` has cosigned it (or a later one): its size, its
 /// note, and each witness's message from ATL_COSIGNATURES, in the witnesses' order.
-fn cosigned_by(
+pub(crate) fn cosigned_by(
     rt: &tokio::runtime::Runtime,
     js: &jetstream::Context,
     witnesses: &[&CosignatureVerifier],
