@@ -13,6 +13,7 @@
 //!         verify   verify vs raw SHA-256
 //!         bulk     a 10M-entry ledger built quickly; size-dependent figures (bytes/entry, proofs)
 //!         soak     RSS of each service over a long run at a steady load
+//!         sdk      the producer SDKs' emit into the durable spool vs raw appends, per fsync policy
 //! ```
 //! The report is rewritten after each suite, so an interrupted run keeps what it measured. A run of
 //! some suites (`--only`) into a directory that holds a report replaces those suites' sections and
@@ -26,6 +27,7 @@ mod bulk;
 mod offline;
 mod otlp;
 mod pipeline;
+mod sdk;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -33,8 +35,8 @@ use std::time::Instant;
 use report::{Report, Section};
 
 /// Every suite, in the order a full run takes them.
-pub const SUITES: [&str; 10] = [
-    "ingest", "otlp", "latency", "poison", "burst", "rebuild", "export", "verify", "bulk", "soak",
+pub const SUITES: [&str; 11] = [
+    "ingest", "otlp", "latency", "poison", "burst", "rebuild", "export", "verify", "bulk", "soak", "sdk",
 ];
 
 /// What to run and how big.
@@ -157,6 +159,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
             "export" => offline::export(&options).await?,
             "verify" => offline::verify(&options).await?,
             "bulk" => bulk::bulk(&options).await?,
+            "sdk" => sdk::sdk(&options).await?,
             other => anyhow::bail!("unknown suite {other}"),
         };
         section.seconds = suite_started.elapsed().as_secs_f64();

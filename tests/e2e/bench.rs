@@ -149,9 +149,10 @@ fn smoke_run_of_the_pipeline_suites_reports_every_figure_and_target() {
 #[test]
 fn smoke_run_of_the_offline_and_bulk_suites_reports_every_figure_and_target() {
     let dir = tempfile::tempdir().unwrap();
-    let report = smoke_in(dir.path(), "rebuild,export,verify,bulk");
-    // Verify is compared with raw SHA-256 and with its floor (the slower of that and the read).
-    for (id, comparisons) in [("rebuild", 1), ("export", 1), ("verify", 2)] {
+    let report = smoke_in(dir.path(), "rebuild,export,verify,bulk,sdk");
+    // Verify is compared with raw SHA-256 and with its floor (the slower of that and the read); each
+    // SDK (Rust, and the checkout's Python and TypeScript) with raw appends under each fsync policy.
+    for (id, comparisons) in [("rebuild", 1), ("export", 1), ("verify", 2), ("sdk", 6)] {
         let section = section(&report, id);
         assert_figures_complete(section);
         assert_eq!(
@@ -209,16 +210,16 @@ fn smoke_run_of_the_offline_and_bulk_suites_reports_every_figure_and_target() {
         .iter()
         .map(|s| s["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["rebuild", "export", "verify", "bulk"]);
+    assert_eq!(ids, ["rebuild", "export", "verify", "bulk", "sdk"]);
     assert!(section(&rerun, "export").get("kept_from").is_none());
     assert_ne!(rerun["started_at"], report["started_at"]);
-    for id in ["rebuild", "verify", "bulk"] {
+    for id in ["rebuild", "verify", "bulk", "sdk"] {
         let kept = section(&rerun, id);
         assert_eq!(kept["kept_from"]["started_at"], report["started_at"], "{id}");
         assert_eq!(kept["figures"], section(&report, id)["figures"], "{id}");
     }
     let markdown = std::fs::read_to_string(dir.path().join("report/report.md")).unwrap();
-    assert_eq!(markdown.matches("_Kept from an earlier run").count(), 3);
+    assert_eq!(markdown.matches("_Kept from an earlier run").count(), 4);
 }
 
 #[test]

@@ -410,6 +410,21 @@ impl Spool {
     /// Appends one record; returns once it is written and, under [`FsyncPolicy::EveryEvent`],
     /// fdatasync'ed. Fails with [`Error::SpoolFull`] by the full policy; then nothing was stored.
     pub fn append(&self, message: &Message) -> Result<()> {
+        self.append_or_wait(message, true).map(drop)
+    }
+
+    /// [`Spool::append`] that never waits for room: `Ok(false)`, with nothing stored, when the spool
+    /// is full and its policy would wait (the `fail` policy still fails).
+    pub fn try_append(&self, message: &Message) -> Result<bool> {
+        self.append_or_wait(message, false)
+    }
+
+    /// The fsync policy.
+    pub fn fsync(&self) -> FsyncPolicy {
+        self.shared.config.fsync
+    }
+
+    fn append_or_wait(&self, message: &Message, may_wait: bool) -> Result<bool> {
         let shared = &*self.shared;
         let record = encode_record(message);
         let len = record.len() as u64;
@@ -435,6 +450,9 @@ impl Spool {
                 }
                 FullPolicy::Block(wait) => wait,
             };
+            if !may_wait {
+                return Ok(false);
+            }
             let now = Instant::now();
             let until = *deadline.get_or_insert(now + wait);
             if now >= until {
@@ -478,7 +496,7 @@ impl Spool {
             FsyncPolicy::EveryEvent => file.sync_data().map_err(io(&path))?,
             FsyncPolicy::Interval(_) => state.dirty = true,
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The first `limit` unacked records, oldest first.

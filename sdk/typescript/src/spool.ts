@@ -206,6 +206,8 @@ export class Spool {
   #index: Entry[] = [];
   #head = 0; // index of the first unacked entry in #index (compacted lazily)
   #sizes = new Map<number, number>();
+  /** The highest segment number found at open (0: none). */
+  #seen = 0;
   #readers = new Map<number, number>();
   #ack: [number, number];
   #active: number;
@@ -251,7 +253,8 @@ export class Spool {
       this.#ack = this.#readAck();
       this.#recover();
       this.recovered = this.#index.length;
-      this.#active = Math.max(this.#ack[0], ...this.#sizes.keys()) + 1;
+      // Above every segment found at open, set-aside ones included: numbers are never reused.
+      this.#active = Math.max(this.#ack[0], this.#seen) + 1;
       this.#fd = this.#createSegment(this.#active);
     } catch (e) {
       fs.closeSync(this.#lockFd);
@@ -296,6 +299,7 @@ export class Spool {
       .filter((name) => /^\d+\.seg$/.test(name))
       .map((name) => Number(name.slice(0, -4)))
       .sort((a, b) => a - b);
+    this.#seen = numbers.length > 0 ? numbers[numbers.length - 1]! : 0;
     for (const number of numbers) {
       const file = this.#path(segmentName(number));
       if (number < ackSegment) {

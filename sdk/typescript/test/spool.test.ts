@@ -86,8 +86,8 @@ test("a segment without the magic is set aside; a torn magic is deleted", () => 
   assert.equal(s.corruptSegments.length, 1);
   assert.ok(fs.existsSync(path.join(d, "00000000000000000001.seg.corrupt")));
   assert.ok(!fs.existsSync(path.join(d, "00000000000000000002.seg")));
-  // As the reference (Python) numbers it: one past the highest segment kept.
-  assert.deepEqual(segments(d), ["00000000000000000001.seg"]);
+  // One past the highest segment found, set-aside and deleted ones included: never reused (spool.md).
+  assert.deepEqual(segments(d), ["00000000000000000003.seg"]);
   s.close();
 });
 
