@@ -10,6 +10,10 @@ Usage:
   producer_run.py drain NATS_URL SPOOL TENANT [--timeout S]
       Opens the spool, waits until the sender has every event acked, prints `DRAINED {metrics}`;
       exits 1 if the timeout passed first.
+  producer_run.py upload NATS_URL SPOOL TENANT INVOCATION --size N [--flush-timeout S]
+      Emits one invocation whose result is a text of N bytes (`large_text(N)`), so it travels through
+      the tenant's payload bucket; prints `E <id>` lines, then `UPLOADS [{name, sha256, size, file}]`
+      (the spool's pending uploads) and `DONE {metrics}`.
   producer_run.py bench SPOOL N --fsync every_event|interval
       Emits N events with no reachable NATS (the spool alone) and prints {"events_per_s": …}.
 """
@@ -79,6 +83,28 @@ def drain(args) -> int:
     return 0 if drained else 1
 
 
+def large_text(size: int) -> str:
+    """`row 00000000\n`, `row 00000001\n`, … cut at `size` bytes (the e2e test writes the same)."""
+    rows = "".join(f"row {i:08d}\n" for i in range(size // 13 + 1))
+    return rows[:size]
+
+
+def upload(args) -> int:
+    producer = traced(Producer(tenant=args.tenant, spool_dir=args.spool, servers=args.nats,
+                               source="urn:toolledger-producer:e2e", backoff_max=1.0, publish_timeout=2.0))
+    out("READY")
+    with producer.invocation(TOOL, {"key": "big", "pin": "secret-big"}, invocation_id=args.invocation) as inv:
+        inv.result(large_text(args.size))
+    drained = producer.flush(timeout=args.flush_timeout) if args.flush_timeout > 0 else True
+    pending = [dict(name=u.name, sha256=u.sha256, size=u.size, file=u.file)
+               for m in producer.spool.head(1000) for u in m.uploads]
+    out("UPLOADS " + json.dumps(pending))
+    metrics = producer.metrics()
+    producer.close(timeout=0 if args.flush_timeout <= 0 else 5)
+    out("DONE " + json.dumps(metrics))
+    return 0 if drained else 1
+
+
 def bench(args) -> int:
     producer = Producer(tenant="acme", spool_dir=args.spool, servers=UNREACHABLE, fsync=args.fsync,
                         max_bytes=1 << 30)
@@ -109,12 +135,17 @@ def main() -> int:
     for name in ("nats", "spool", "tenant"):
         d.add_argument(name)
     d.add_argument("--timeout", type=float, default=60)
+    u = sub.add_parser("upload")
+    for name in ("nats", "spool", "tenant", "invocation"):
+        u.add_argument(name)
+    u.add_argument("--size", type=int, default=2 * 1024 * 1024)
+    u.add_argument("--flush-timeout", type=float, default=0, help="0: exit without waiting for acks")
     b = sub.add_parser("bench")
     b.add_argument("spool")
     b.add_argument("n", type=int)
     b.add_argument("--fsync", default="every_event")
     args = parser.parse_args()
-    return {"emit": emit, "drain": drain, "bench": bench}[args.mode](args)
+    return {"emit": emit, "drain": drain, "upload": upload, "bench": bench}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -4,17 +4,22 @@ Each check names what it asserts; the script exits non-zero at the first that fa
 line {"checks": [names]} when all pass.
 """
 
+import hashlib
 import json
 import os
+import signal
 import stat
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import zlib
 
-from toolledger_producer.spool import FRAME, SEGMENT_MAGIC, Message, Spool, SpoolError, SpoolFull, encode_record
+from toolledger_producer.spool import (FRAME, SEGMENT_MAGIC, Message, Spool, SpoolError, SpoolFull, Upload,
+                                       encode_record)
+from toolledger_producer.uploads import extract
 
 CHECKS = []
 
@@ -217,6 +222,167 @@ def the_format_is_as_documented(d):
     with open(os.path.join(d, segments(d)[-1]), "rb") as f:
         assert f.read() == SEGMENT_MAGIC + record
     s.close()
+
+
+def upload_msg(n: int, content: bytes) -> Message:
+    upload = Upload("ATL_PAYLOADS_acme", f"e{n}/data/content/0/text", hashlib.sha256(content).hexdigest(),
+                    len(content), "text/plain; charset=utf-8")
+    return Message("atl.in.acme.tool.result.created", {"ce-id": f"e{n}", "Nats-Msg-Id": f"m{n}"},
+                   b'{"ref":true}', 1_700_000_000_000 + n, (upload,))
+
+
+def sidecars(d: str):
+    try:
+        return sorted(os.listdir(os.path.join(d, "uploads")))
+    except FileNotFoundError:
+        return []
+
+
+@check
+def upload_sidecars_are_durable_private_counted_and_deleted_on_ack(d):
+    content = b"large value " * 10_000
+    s = Spool(d)
+    s.append(msg(0))
+    before = s.used_bytes
+    s.append(upload_msg(1, content), [content])
+    [name] = sidecars(d)
+    path = os.path.join(d, "uploads", name)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.join(d, "uploads")).st_mode) == 0o700
+    assert s.used_bytes >= before + len(content), (before, s.used_bytes)
+    s.close()
+    s = Spool(d)  # the sidecar of an unacked record survives a reopen
+    assert sidecars(d) == [name] and s.used_bytes >= len(content)
+    head = s.head(2)
+    assert head[0].uploads == () and head[1].uploads[0].file == f"uploads/{name}"
+    assert head[1].uploads[0].name == "e1/data/content/0/text"
+    assert s.read_upload(head[1].uploads[0]) == content
+    s.ack(1)
+    assert sidecars(d) == [name]
+    s.ack(1)
+    assert sidecars(d) == [] and s.used_bytes < len(content)
+    s.close()
+
+
+@check
+def the_same_event_emitted_twice_keeps_two_sidecars(d):
+    content = b"z" * 5000
+    s = Spool(d)
+    s.append(upload_msg(1, content), [content])
+    s.append(upload_msg(1, content), [content])
+    assert len(sidecars(d)) == 2
+    s.ack(1)  # the first record's sidecar goes; the second's stays for its own send
+    [left] = sidecars(d)
+    assert s.read_upload(s.head(1)[0].uploads[0]) == content and s.head(1)[0].uploads[0].file.endswith(left)
+    s.close()
+
+
+@check
+def a_corrupt_sidecar_is_reported_not_sent(d):
+    content = b"y" * 5000
+    s = Spool(d)
+    s.append(upload_msg(1, content), [content])
+    [name] = sidecars(d)
+    with open(os.path.join(d, "uploads", name), "r+b") as f:
+        f.write(b"Y")
+    try:
+        s.read_upload(s.head(1)[0].uploads[0])
+        raise AssertionError("a corrupt sidecar was read")
+    except SpoolError:
+        pass
+    s.close()
+
+
+@check
+def sidecar_bytes_count_toward_max_bytes(d):
+    content = b"w" * 40_000
+    s = Spool(d, max_bytes=64 * 1024, when_full="fail")
+    s.append(upload_msg(1, content), [content])
+    try:
+        s.append(upload_msg(2, content), [content])
+        raise AssertionError("sidecars were not counted")
+    except SpoolFull:
+        pass
+    assert len(sidecars(d)) == 1, sidecars(d)  # the refused event left nothing behind
+    try:
+        s.append(upload_msg(3, b"v" * 70_000), [b"v" * 70_000])
+        raise AssertionError("an upload larger than the spool was accepted")
+    except SpoolFull:
+        pass
+    s.ack(1)
+    s.append(upload_msg(2, content), [content])  # room again once the first was acked
+    s.close()
+
+
+KILLED_BETWEEN_SIDECAR_AND_RECORD = """
+import os, signal, sys
+sys.path[:0] = {path!r}
+sys.path.insert(0, {here!r})
+from spool_check import upload_msg
+from toolledger_producer.spool import Spool
+s = Spool({d!r})
+s.append(upload_msg(1, b"kept" * 2000), [b"kept" * 2000])
+# The next append dies by SIGKILL after its sidecar is durable and before its record is written.
+Spool._write_record = lambda self, record: os.kill(os.getpid(), signal.SIGKILL)
+s.append(upload_msg(2, b"lost" * 2000), [b"lost" * 2000])
+print("not killed")
+"""
+
+
+@check
+def kill_9_between_sidecar_and_record_leaves_no_orphan(d):
+    code = KILLED_BETWEEN_SIDECAR_AND_RECORD.format(path=sys.path, here=os.path.dirname(os.path.abspath(__file__)), d=d)
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL, (child.returncode, child.stdout, child.stderr)
+    assert len(sidecars(d)) == 2, sidecars(d)  # the kept one, and the orphan of the killed emit
+    s = Spool(d)
+    assert s.queued == 1
+    [upload] = s.head(1)[0].uploads
+    assert sidecars(d) == [os.path.basename(upload.file)], (sidecars(d), upload)
+    assert s.read_upload(upload) == b"kept" * 2000
+    s.close()
+
+
+@check
+def an_orphan_left_by_a_crash_after_the_ack_is_removed_at_open(d):
+    content = b"u" * 3000
+    s = Spool(d)
+    s.append(upload_msg(1, content), [content])
+    [name] = sidecars(d)
+    s.ack(1)
+    s.close()
+    os.makedirs(os.path.join(d, "uploads"), exist_ok=True)
+    with open(os.path.join(d, "uploads", name), "wb") as f:  # as if the ack's deletion never ran
+        f.write(content)
+    Spool(d).close()
+    assert sidecars(d) == []
+
+
+@check
+def large_values_are_extracted_deterministically_and_small_ones_stay(d):
+    text = "t" * 300_000
+    data = {"invocation_id": "inv-1", "content": [{"type": "text", "text": text}],
+            "structured_content": {"rows": ["r" * 100] * 4000}, "small": "s" * 2000}
+    out, moved = extract(data, event_id="ev/1", bucket="ATL_PAYLOADS_acme", threshold=256 * 1024,
+                         budget=1_000_000)
+    assert data["content"][0]["text"] == text, "the input is not changed"
+    names = [u.name for u, _ in moved]
+    # The deepest value over the threshold moves: the array, not the object holding it.
+    assert names == ["ev/1/data/content/0/text", "ev/1/data/structured_content/rows"], names
+    [(text_up, text_bytes), (json_up, json_bytes)] = moved
+    assert text_bytes == text.encode() and text_up.content_type.startswith("text/plain")
+    assert json.loads(json_bytes) == data["structured_content"]["rows"] and json_up.content_type == "application/json"
+    assert out["content"][0]["text"] == {"$upload": {
+        "bucket": "ATL_PAYLOADS_acme", "name": "ev/1/data/content/0/text",
+        "sha256": hashlib.sha256(text.encode()).hexdigest(), "size": 300_000,
+        "content_type": "text/plain; charset=utf-8"}}
+    assert out["small"] == data["small"] and out["invocation_id"] == "inv-1"
+    assert extract(data, event_id="ev/1", bucket="ATL_PAYLOADS_acme", threshold=256 * 1024,
+                   budget=1_000_000)[0] == out
+    # Values under the threshold move too when the event would not fit otherwise, largest first.
+    many = {"invocation_id": "inv-2", "a": "a" * 200_000, "b": "b" * 150_000, "c": "c" * 100}
+    out, moved = extract(many, event_id="ev:2", bucket="B", threshold=256 * 1024, budget=250_000)
+    assert [u.name for u, _ in moved] == ["ev%3A2/data/a"] and out["b"] == many["b"], moved
 
 
 def main() -> int:

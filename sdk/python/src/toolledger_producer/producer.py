@@ -1,10 +1,15 @@
 """`Producer`: `emit` puts an event in the durable spool; a background sender drains the spool to
 ATL_INBOUND and removes what the stream acked.
 
-    emit(event) ─▶ wire.binary_message (checks, ce-* headers, Nats-Msg-Id) ─▶ Spool.append (durable)
-                   ─▶ returns (the event is on disk; it will reach the ledger)
+    emit(event) ─▶ wire.binary_message (checks, ce-* headers, Nats-Msg-Id)
+                ─▶ uploads.extract (values over upload_threshold_bytes, or what keeps the event over
+                   max_event_bytes, become {"$upload": …} references; their bytes go along)
+                ─▶ Spool.append (sidecars, then the record: durable)
+                ─▶ returns (the event is on disk; it will reach the ledger)
     sender thread (its own asyncio loop, one nats-py connection that reconnects forever)
-      ─▶ Spool.head(window) ─▶ js.publish(...) for each, concurrently, each awaiting its PubAck
+      ─▶ Spool.head(window) ─▶ for a record with uploads: ObjectStore.put of each sidecar into
+         ATL_PAYLOADS_<tenant> (skipped when the object is there with that digest), in order
+      ─▶ js.publish(...) for each, concurrently, each awaiting its PubAck
       ─▶ Spool.ack(acked prefix) ─▶ on a failure: capped exponential backoff with jitter, window 1
          until a publish succeeds again (so a refused event is not overtaken by more of its successors)
 
@@ -14,15 +19,16 @@ Retries resend the same bytes (same id, same `Nats-Msg-Id`), so the ledger holds
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import random
 import threading
 import time
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
-from . import wire
+from . import uploads, wire
 from .events import EventBuilder, Tool
-from .spool import Message, Spool, SpoolError, SpoolFull
+from .spool import Message, Spool, SpoolError, SpoolFull, Upload
 
 log = logging.getLogger("toolledger_producer")
 
@@ -47,7 +53,13 @@ class Producer:
 
     Metrics, as attributes: `queued` (in the spool, not yet acked), `sent` (acked since start),
     `retried` (failed publish attempts, each retried), `oldest_age` (seconds since the oldest
-    queued event was emitted; 0 when none).
+    queued event was emitted; 0 when none), `uploaded` (objects put into the payload bucket).
+
+    Uploads: a value in `data` whose JSON is over `upload_threshold_bytes` (default 256 KiB), and
+    whatever else keeps the event over `max_event_bytes`, is sent through the tenant's payload bucket
+    `ATL_PAYLOADS_<tenant>` and referenced (`toolledger_producer.uploads`); `emit` stays offline: the
+    bytes wait in the spool until the sender puts them, just before it publishes the event.
+    `upload_threshold_bytes=None` turns uploads off (events over `max_event_bytes` are refused).
     """
 
     def __init__(
@@ -65,6 +77,7 @@ class Producer:
         when_full: str = "block",
         block_timeout: float = 30.0,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        upload_threshold_bytes: Optional[int] = uploads.DEFAULT_UPLOAD_THRESHOLD,
         publish_timeout: float = 5.0,
         max_in_flight: int = 64,
         backoff_initial: float = 0.1,
@@ -86,6 +99,8 @@ class Producer:
         )
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         self.max_event_bytes = max_event_bytes
+        self.upload_threshold_bytes = upload_threshold_bytes
+        self.bucket = uploads.bucket_of(self.tenant)
         self.publish_timeout = publish_timeout
         self.max_in_flight = max(1, max_in_flight)
         self.backoff_initial = backoff_initial
@@ -95,6 +110,8 @@ class Producer:
         self.sent = 0
         #: Publish attempts that failed and will be retried.
         self.retried = 0
+        #: Objects put into the payload bucket since start.
+        self.uploaded = 0
         #: The last publish or connect error, for operators.
         self.last_error: Optional[str] = None
         self._declared: set = set()
@@ -125,6 +142,7 @@ class Producer:
             "queued": self.queued,
             "sent": self.sent,
             "retried": self.retried,
+            "uploaded": self.uploaded,
             "oldest_age": self.oldest_age,
             "spool_bytes": self.spool.used_bytes,
             "recovered": self.spool.recovered,
@@ -138,13 +156,23 @@ class Producer:
         if event.get("tenant") != self.tenant:
             raise wire.InvalidEvent(f"event tenant {event.get('tenant')!r} is not this producer's {self.tenant!r}")
         subject, headers, body = wire.binary_message(event)
-        size = len(body) + sum(len(k) + len(v) + 4 for k, v in headers.items())
+        header_bytes = sum(len(k) + len(v) + 4 for k, v in headers.items())
+        moved: list = []
+        threshold = self.upload_threshold_bytes
+        # A body within the threshold has no value over it: small events skip the walk.
+        if threshold is not None and (len(body) > threshold or len(body) + header_bytes > self.max_event_bytes):
+            data, moved = uploads.extract(event.get("data"), event_id=event["id"], bucket=self.bucket,
+                                          threshold=threshold, budget=self.max_event_bytes - header_bytes)
+            if moved:
+                body = wire.dumps(data)
+        size = len(body) + header_bytes
         if size > self.max_event_bytes:
             raise wire.InvalidEvent(
                 f"event {event['id']} is {size} bytes, over max_event_bytes {self.max_event_bytes}: "
                 "upload large values to the tenant's payload bucket and reference them"
             )
-        self.spool.append(Message(subject, headers, body, int(time.time() * 1000)))
+        self.spool.append(Message(subject, headers, body, int(time.time() * 1000), tuple(u for u, _ in moved)),
+                          [c for _, c in moved])
         if self._idle and self._loop is not None and self._wake is not None:
             self._idle = False
             try:
@@ -227,8 +255,21 @@ class Producer:
                     self._wake.clear()
                     self._idle = False
                     continue
+                # Uploads first, in order: a record is published only once its objects are in the
+                # bucket; at the first that fails, only the records before it go out.
+                ready, upload_error, acked_before = len(batch), None, set()
+                for i, m in enumerate(batch):
+                    if m.uploads:
+                        try:
+                            if not await self._put_uploads(js, m):
+                                acked_before.add(i)
+                        except Exception as e:  # noqa: BLE001 — every failure to upload is retried
+                            ready, upload_error = i, e
+                            break
                 results = await asyncio.gather(
-                    *(self._publish(js, m) for m in batch), return_exceptions=True
+                    *(self._nothing() if i in acked_before else self._publish(js, m)
+                      for i, m in enumerate(batch[:ready])),
+                    return_exceptions=True,
                 )
                 ok = 0
                 for result in results:
@@ -240,8 +281,8 @@ class Producer:
                 if ok < len(batch):
                     failed = len(batch) - ok
                     self.retried += failed
-                    self.last_error = repr(results[ok])
-                    log.debug("publish failed, %d to retry: %r", failed, results[ok])
+                    self.last_error = repr(results[ok] if ok < ready else upload_error)
+                    log.debug("publish failed, %d to retry: %s", failed, self.last_error)
                     window = 1
                     await self._sleep(backoff)
                     backoff = self._next_backoff(backoff)
@@ -261,6 +302,40 @@ class Producer:
             headers=dict(message.headers),
         )
         return ack
+
+    async def _put_uploads(self, js, message: Message) -> bool:
+        """Puts each upload of `message` into its bucket unless the object is already there with the
+        same size and digest (a retry, or a restart after a put whose record was not acked). False
+        when the record was acked before: a sidecar is missing and its object is not in the bucket.
+        Sidecars are durable before their record and deleted only after its ack, so that happens only
+        when a power loss or a damaged `ack` file brought acked records back (spool.md, Uploads);
+        such a record is counted acked, not published with a reference to nothing."""
+        from nats.js.errors import NotFoundError
+
+        for upload in message.uploads:
+            if not self.spool.has_upload(upload):
+                store = await js.object_store(upload.bucket)
+                try:
+                    await store.get_info(upload.name)
+                except NotFoundError:
+                    log.warning("spool %s: sidecar of %s is gone and the object is not in %s: the record "
+                                "was acked before its ack position was lost; not sent again",
+                                self.spool.directory, upload.name, upload.bucket)
+                    return False
+            store = await js.object_store(upload.bucket)
+            digest = "SHA-256=" + base64.urlsafe_b64encode(bytes.fromhex(upload.sha256)).decode()
+            try:
+                info = await store.get_info(upload.name)
+                if info.size == upload.size and info.digest == digest:
+                    continue
+            except NotFoundError:
+                pass
+            content = await asyncio.to_thread(self.spool.read_upload, upload)
+            info = await store.put(upload.name, content)
+            if info.digest != digest:
+                raise SpoolError(f"object {upload.name} in {upload.bucket} has digest {info.digest}, not {digest}")
+            self.uploaded += 1
+        return True
 
     def _next_backoff(self, backoff: float) -> float:
         return min(self.backoff_max, backoff * 2) * (0.8 + 0.4 * random.random())

@@ -10,6 +10,13 @@ in docs/sdk/spool.md; this module is its reference implementation.
     open  ─▶ lock ─▶ read `ack` ─▶ delete acked segments ─▶ scan the rest (a torn or corrupt tail is
              truncated: it was never reported durable) ─▶ rebuild the index ─▶ a fresh active segment
 
+Uploads (values too large for a NATS message, see `uploads.py`): `append` first writes each value's
+bytes to a sidecar file `uploads/<random hex>` and fdatasyncs it and the directory, then appends the
+record, whose meta names the sidecars. The sender puts them into the tenant's payload bucket before it
+publishes the record; they are deleted when the record is acked. A sidecar no unacked record names
+(emit crashed before its record, or the spool crashed between an ack and the deletion) is deleted at
+open. Sidecar bytes count toward `max_bytes`.
+
 The directory is 0700 and every file 0600: records hold events before ingest scrubs them, so raw
 secrets. An `fcntl` lock keeps a second process off a spool in use (the kernel drops it on kill -9).
 
@@ -23,15 +30,17 @@ from __future__ import annotations
 import collections
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
+import secrets
 import struct
 import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Deque, Dict, List, Mapping, Optional, Tuple
+from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 log = logging.getLogger("toolledger_producer.spool")
 
@@ -44,6 +53,9 @@ FRAME = struct.Struct(">II")
 #: The largest payload a record may claim; a bigger length is a corrupt frame, not a record.
 MAX_RECORD = 64 * 1024 * 1024
 ACK = struct.Struct(">8sQQI")
+
+#: The subdirectory holding upload sidecars.
+UPLOADS_DIR = "uploads"
 
 FSYNC_POLICIES = ("every_event", "interval")
 FULL_POLICIES = ("block", "fail")
@@ -59,13 +71,32 @@ class SpoolFull(SpoolError):
 
 
 @dataclass(frozen=True)
+class Upload:
+    """One value of an event that travels through the tenant's payload bucket: the object `name` in
+    `bucket`, with the `sha256`, `size` and `content_type` of the event's `{"$upload": …}` reference.
+    `file` is its sidecar, relative to the spool directory; the spool sets it in `append`."""
+
+    bucket: str
+    name: str
+    sha256: str
+    size: int
+    content_type: str
+    file: str = ""
+
+    def as_meta(self) -> Dict[str, object]:
+        return {"file": self.file, "bucket": self.bucket, "name": self.name, "sha256": self.sha256,
+                "size": self.size, "content_type": self.content_type}
+
+
+@dataclass(frozen=True)
 class Message:
-    """What goes on the wire for one event."""
+    """What goes on the wire for one event, and the uploads that must be in the bucket first."""
 
     subject: str
     headers: Mapping[str, str]
     body: bytes
     emitted_at_ms: int
+    uploads: Tuple[Upload, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,15 +105,18 @@ class _Entry:
     start: int
     end: int
     emitted_at_ms: int
+    #: The sidecars of the record's uploads (relative paths) and their sizes.
+    sidecars: Tuple[Tuple[str, int], ...] = ()
 
 
 def encode_record(message: Message) -> bytes:
     """A record's bytes: frame, then `u32 meta length ‖ meta JSON ‖ body`."""
-    meta = json.dumps(
-        {"subject": message.subject, "headers": dict(message.headers), "emitted_at_ms": message.emitted_at_ms},
-        separators=(",", ":"),
-        ensure_ascii=False,
-    ).encode()
+    meta_obj: Dict[str, object] = {
+        "subject": message.subject, "headers": dict(message.headers), "emitted_at_ms": message.emitted_at_ms,
+    }
+    if message.uploads:
+        meta_obj["uploads"] = [u.as_meta() for u in message.uploads]
+    meta = json.dumps(meta_obj, separators=(",", ":"), ensure_ascii=False).encode()
     payload = struct.pack(">I", len(meta)) + meta + message.body
     length = struct.pack(">I", len(payload))
     return length + struct.pack(">I", zlib.crc32(payload, zlib.crc32(length))) + payload
@@ -92,12 +126,28 @@ def decode_payload(payload: bytes) -> Message:
     """The message of a record's payload (after the frame)."""
     (meta_len,) = struct.unpack_from(">I", payload)
     meta = json.loads(payload[4 : 4 + meta_len])
-    return Message(meta["subject"], meta["headers"], payload[4 + meta_len :], int(meta["emitted_at_ms"]))
+    uploads = tuple(_upload_of(u) for u in meta.get("uploads", ()))
+    return Message(meta["subject"], meta["headers"], payload[4 + meta_len :], int(meta["emitted_at_ms"]), uploads)
+
+
+def _upload_of(meta: Mapping[str, object]) -> Upload:
+    return Upload(str(meta["bucket"]), str(meta["name"]), str(meta["sha256"]), int(meta["size"]),  # type: ignore[arg-type]
+                  str(meta["content_type"]), str(meta["file"]))
+
+
+def _sidecars_of(meta: Mapping[str, object]) -> Tuple[Tuple[str, int], ...]:
+    return tuple((str(u["file"]), int(u["size"])) for u in meta.get("uploads", ()))  # type: ignore[union-attr,index]
 
 
 def _check_frame(frame: bytes, payload: bytes) -> bool:
     length, crc = FRAME.unpack(frame)
     return length == len(payload) and zlib.crc32(payload, zlib.crc32(frame[:4])) == crc
+
+
+def _new_sidecar_name() -> str:
+    """A fresh sidecar path: random, so two records never share one (the same event emitted twice
+    gets two), and deleting one record's sidecars never touches another's."""
+    return f"{UPLOADS_DIR}/{secrets.token_hex(16)}"
 
 
 def _segment_name(number: int) -> str:
@@ -138,6 +188,8 @@ class Spool:
         self._index: Deque[_Entry] = collections.deque()
         self._sizes: Dict[int, int] = {}
         self._readers: Dict[int, int] = {}
+        #: Bytes of the sidecars of unacked records.
+        self._sidecar_bytes = 0
         self._dirty = False
         self._closed = False
         #: Segments found corrupt at open and set aside as `<name>.corrupt` (never deleted).
@@ -157,7 +209,9 @@ class Spool:
             raise
         self._ack = self._read_ack()
         self._recover()
-        self._active = max(self._sizes, default=self._ack[0]) + 1
+        self._remove_orphan_sidecars()
+        # Above every segment found at open, set-aside ones included: numbers are never reused.
+        self._active = max(self._seen, self._ack[0]) + 1
         self._fd = self._create_segment(self._active)
         self._syncer: Optional[threading.Thread] = None
         if fsync == "interval":
@@ -188,6 +242,7 @@ class Spool:
         numbers = sorted(
             int(name[:-4]) for name in os.listdir(self.directory) if name.endswith(".seg") and name[:-4].isdigit()
         )
+        self._seen = max(numbers, default=0)
         for number in numbers:
             path = self._path(_segment_name(number))
             if number < ack_segment:
@@ -219,12 +274,34 @@ class Spool:
                     if not (number == ack_segment and end <= ack_offset):
                         payload = data[offset + FRAME.size : end]
                         (meta_len,) = struct.unpack_from(">I", payload)
-                        emitted = json.loads(payload[4 : 4 + meta_len]).get("emitted_at_ms", 0)
-                        entries.append(_Entry(number, offset, end, int(emitted)))
+                        meta = json.loads(payload[4 : 4 + meta_len])
+                        entries.append(_Entry(number, offset, end, int(meta.get("emitted_at_ms", 0)),
+                                              _sidecars_of(meta)))
                     offset = end
             self._sizes[number] = offset
             self._index.extend(entries)
         self.recovered = len(self._index)
+
+    def _remove_orphan_sidecars(self) -> None:
+        """Deletes every sidecar no unacked record names: emit crashed after writing it and before its
+        record (the event was never reported emitted), or a crash fell between an ack and the deletion."""
+        live = {file: size for entry in self._index for file, size in entry.sidecars}
+        uploads = self._path(UPLOADS_DIR)
+        try:
+            names = os.listdir(uploads)
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            rel = f"{UPLOADS_DIR}/{name}"
+            if rel not in live:
+                log.info("spool %s: orphaned upload sidecar %s removed", self.directory, rel)
+                os.unlink(os.path.join(uploads, name))
+        for rel in live:
+            if not os.path.exists(self._path(rel)):
+                # Never by this SDK: a sidecar is durable before its record is written. The sender
+                # keeps retrying the record (it may already be in the bucket) and reports the error.
+                log.error("spool %s: upload sidecar %s of an unacked record is missing", self.directory, rel)
+        self._sidecar_bytes = sum(live.values())
 
     def _set_aside(self, path: str, reason: str) -> None:
         os.rename(path, path + ".corrupt")
@@ -254,20 +331,30 @@ class Spool:
 
     @property
     def used_bytes(self) -> int:
-        """Bytes of segment files on disk."""
-        return sum(self._sizes.values())
+        """Bytes of segment files and upload sidecars on disk."""
+        return sum(self._sizes.values()) + self._sidecar_bytes
 
-    def append(self, message: Message) -> None:
+    def append(self, message: Message, contents: Sequence[bytes] = ()) -> None:
         """Appends one record; returns once it is written and, under `every_event`, fdatasync'ed.
-        Raises `SpoolFull` by the full policy."""
+        `contents` are the bytes of `message.uploads`, in order: each goes to a sidecar that is
+        fdatasync'ed (under both policies) before the record is written. Raises `SpoolFull` by the
+        full policy."""
+        if len(contents) != len(message.uploads):
+            raise ValueError("one content per upload")
+        sidecar_bytes = sum(len(c) for c in contents)
+        if contents:
+            message = Message(message.subject, message.headers, message.body, message.emitted_at_ms,
+                              tuple(Upload(u.bucket, u.name, u.sha256, u.size, u.content_type, _new_sidecar_name())
+                                    for u in message.uploads))
         record = encode_record(message)
-        if len(record) + len(SEGMENT_MAGIC) > min(self.max_bytes, MAX_RECORD):
-            raise SpoolFull(f"an event of {len(record)} bytes can never fit a spool of {self.max_bytes} bytes")
+        needed = len(record) + sidecar_bytes
+        if len(record) + len(SEGMENT_MAGIC) > MAX_RECORD or needed + len(SEGMENT_MAGIC) > self.max_bytes:
+            raise SpoolFull(f"an event of {needed} bytes can never fit a spool of {self.max_bytes} bytes")
         with self._lock:
             if self._closed:
                 raise SpoolError("spool is closed")
             deadline = None
-            while self.used_bytes + len(record) > self.max_bytes:
+            while self.used_bytes + needed > self.max_bytes:
                 if self._active_fully_acked() and self._sizes[self._active] > len(SEGMENT_MAGIC):
                     self._roll()
                     continue
@@ -286,16 +373,61 @@ class Spool:
             if self._sizes[self._active] + len(record) > self.segment_bytes and \
                     self._sizes[self._active] > len(SEGMENT_MAGIC):
                 self._roll()
+            sidecars: Tuple[Tuple[str, int], ...] = ()
+            if contents:
+                sidecars = tuple(self._write_sidecar(u.file, c) for u, c in zip(message.uploads, contents))
             start = self._sizes[self._active]
-            view = memoryview(record)
-            while view:
-                view = view[os.write(self._fd, view):]
+            self._write_record(record)
             self._sizes[self._active] = start + len(record)
-            self._index.append(_Entry(self._active, start, start + len(record), message.emitted_at_ms))
+            self._sidecar_bytes += sidecar_bytes
+            self._index.append(_Entry(self._active, start, start + len(record), message.emitted_at_ms, sidecars))
             if self.fsync == "every_event":
                 os.fdatasync(self._fd)
             else:
                 self._dirty = True
+
+    def _write_record(self, record: bytes) -> None:
+        view = memoryview(record)
+        while view:
+            view = view[os.write(self._fd, view):]
+
+    def _write_sidecar(self, rel: str, content: bytes) -> Tuple[str, int]:
+        """Writes an upload's bytes to `rel` and makes file and name durable before the record that
+        names it exists: a record on disk never names a sidecar a crash could lose."""
+        uploads = self._path(UPLOADS_DIR)
+        if not os.path.isdir(uploads):
+            os.makedirs(uploads, mode=0o700, exist_ok=True)
+            os.chmod(uploads, 0o700)
+            self._sync_dir()
+        fd = os.open(self._path(rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        fd = os.open(uploads, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return (rel, len(content))
+
+    def has_upload(self, upload: Upload) -> bool:
+        """Whether `upload`'s sidecar is on disk."""
+        return os.path.exists(self._path(upload.file))
+
+    def read_upload(self, upload: Upload) -> bytes:
+        """The bytes of `upload`'s sidecar, checked against its size and SHA-256."""
+        try:
+            with open(self._path(upload.file), "rb") as f:
+                content = f.read()
+        except FileNotFoundError as e:
+            raise SpoolError(f"spool {self.directory}: upload sidecar {upload.file} of {upload.name} is missing") from e
+        if len(content) != upload.size or hashlib.sha256(content).hexdigest() != upload.sha256:
+            raise SpoolError(f"spool {self.directory}: upload sidecar {upload.file} of {upload.name} is corrupt")
+        return content
 
     def _active_fully_acked(self) -> bool:
         return not self._index or self._index[-1].segment != self._active
@@ -349,8 +481,10 @@ class Spool:
             return
         with self._lock:
             last = None
+            acked_sidecars: List[Tuple[str, int]] = []
             for _ in range(count):
                 last = self._index.popleft()
+                acked_sidecars.extend(last.sidecars)
             assert last is not None
             self._ack = (last.segment, last.end)
             raw = ACK.pack(ACK_MAGIC, last.segment, last.end, 0)[:-4]
@@ -364,6 +498,16 @@ class Spool:
             # Not fsynced: an ack position lost in a crash only resends events the ledger has
             # (duplicates, dropped by ingest); the records themselves are what must not be lost.
             os.replace(tmp, self._path("ack"))
+            # After the ack position: a crash in between leaves sidecars no unacked record names,
+            # which the next open deletes.
+            for rel, size in acked_sidecars:
+                try:
+                    os.unlink(self._path(rel))
+                except FileNotFoundError:
+                    pass
+                self._sidecar_bytes -= size
+            if acked_sidecars:
+                self._space.notify_all()
             self._compact()
             if not self._index:
                 self._drained.notify_all()
