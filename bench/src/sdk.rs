@@ -90,7 +90,8 @@ pub async fn sdk(options: &Options) -> anyhow::Result<Section> {
             let (rate, record_bytes) = rust_emit(&dir.path().join("rust"), n, policy).await?;
             rust.push(rate);
             for (sdk, runs) in scripts.iter().zip(&mut script_runs) {
-                runs.push(sdk.emit(&dir.path().join(sdk.id), n, policy)?);
+                let (sdk, spool) = (sdk.clone(), dir.path().join(sdk.id));
+                runs.push(tokio::task::spawn_blocking(move || sdk.emit(&spool, n, policy)).await??);
             }
             let base = tokio::task::spawn_blocking({
                 let file = dir.path().join("baseline.seg");
@@ -243,6 +244,7 @@ fn raw_appends(path: &Path, n: usize, record_bytes: u64, policy: Policy) -> anyh
 
 /// An SDK measured through its own bench script (`<script> bench SPOOL N --fsync P`, printing one
 /// JSON line with `events_per_s`), in the checkout this binary was built from.
+#[derive(Clone)]
 struct ScriptSdk {
     id: &'static str,
     title: &'static str,

@@ -147,8 +147,8 @@ impl Witnessing {
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|e| crate::Error::WitnessKey {
-                url: String::new(),
-                reason: format!("cannot build the HTTP client: {e}"),
+                url: "(every witness)".to_owned(),
+                reason: format!("cannot build the HTTP client: {}", ErrorChain(&e)),
             })?;
         let mut witnesses = Vec::with_capacity(settings.witnesses.len());
         for target in &settings.witnesses {
@@ -281,8 +281,11 @@ async fn ask(
                 }
                 return;
             }
+            // The witness is behind us, or already at this checkpoint (it cosigned it, and our
+            // publish of its line failed or this ingest took over since): ask again from its size; at
+            // our size that is an empty proof and the witness cosigns the same tree again.
             Err(toolledger_witness::Error::Conflict { witness_size })
-                if witness_size < size && witness_size != old =>
+                if witness_size <= size && witness_size != old =>
             {
                 witness.size = witness_size;
             }
@@ -308,22 +311,24 @@ async fn ask(
     witness.failed(metrics);
 }
 
-/// Checks the witness's lines and publishes the checkpoint note with them appended; the message id
-/// makes a repeat (another round, another ingest) a duplicate.
+/// Publishes the checkpoint note with the witness's own line appended: the first line of its
+/// response that verifies under its key. Other lines (another key's, a stranger's) are never kept, so
+/// a witness cannot plant a line under another witness's name. The message id makes a repeat
+/// (another round, another ingest) a duplicate.
 async fn publish(
     js: &jetstream::Context,
     key: &CosignatureVerifier,
     latest: &Latest,
     lines: &str,
 ) -> Result<(), String> {
-    let cosigned = toolledger_merkle::cosignature::append_signature_lines(&latest.note, lines)
-        .map_err(|e| e.to_string())?;
-    let verified = Cosigners::new([key.clone()])
-        .verify(&cosigned)
-        .map_err(|e| e.to_string())?;
-    if verified.is_empty() {
-        return Err("the response holds no cosignature by the witness's key".to_owned());
-    }
+    let own = Cosigners::new([key.clone()]);
+    let cosigned = lines
+        .split_inclusive('\n')
+        .filter_map(|line| toolledger_merkle::cosignature::append_signature_lines(&latest.note, line).ok())
+        .find(|note| own.verify(note).is_ok_and(|found| found.len() == 1))
+        .ok_or_else(|| {
+            "the response holds no cosignature that verifies under the witness's key".to_owned()
+        })?;
     let size = latest.checkpoint.size;
     let message = PublishMessage::build()
         .payload(cosigned.into())

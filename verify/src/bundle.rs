@@ -643,12 +643,17 @@ pub async fn build_bundle(
     let trusted = prove::checkpoints(js, source).await?;
     // With a witness policy, the newest checkpoint enough of its witnesses cosigned; without one,
     // or when none of the newest meets it (the verification below then says so), the newest.
-    let (signed, checkpoint_note, _) =
-        prove::witnessed_in(js, &trusted, request.witness_policy.as_ref(), last_wanted)
-            .await?
-            .ok_or_else(|| Error::NoCheckpoint {
-                wanted: format!("covering seq {last_wanted}"),
-            })?;
+    let (signed, checkpoint_note, _) = prove::witnessed_in(
+        js,
+        &trusted,
+        request.witness_policy.as_ref(),
+        last_wanted,
+        &mut Vec::new(),
+    )
+    .await?
+    .ok_or_else(|| Error::NoCheckpoint {
+        wanted: format!("covering seq {last_wanted}"),
+    })?;
     let size = signed.checkpoint.size;
     let held = match &request.since_checkpoint {
         None => None,

@@ -272,7 +272,7 @@ pub async fn witnessed_checkpoint(
     covering: u64,
 ) -> Result<Option<WitnessedCheckpoint>> {
     let trusted = checkpoints(js, source).await?;
-    Ok(witnessed_in(js, &trusted, policy, covering)
+    Ok(witnessed_in(js, &trusted, policy, covering, &mut Vec::new())
         .await?
         .map(|(signed, note, verdict)| WitnessedCheckpoint {
             checkpoint: SignedCheckpoint {
@@ -284,12 +284,14 @@ pub async fn witnessed_checkpoint(
 }
 
 /// [`witnessed_checkpoint`] over `trusted`: the checkpoint, its cosigned note, and the verdict
-/// (empty without a policy).
+/// (empty without a policy). A candidate on which a listed witness's line does not verify counts
+/// for nothing here and is added to `bad` (its checkpoint sequence and why): `verify` reports it.
 pub(crate) async fn witnessed_in<'a>(
     js: &jetstream::Context,
     trusted: &'a [Signed],
     policy: Option<&WitnessPolicy>,
     covering: u64,
+    bad: &mut Vec<(u64, String)>,
 ) -> Result<Option<(&'a Signed, String, WitnessVerdict)>> {
     let covering: Vec<&Signed> = trusted
         .iter()
@@ -300,24 +302,25 @@ pub(crate) async fn witnessed_in<'a>(
     let Some(&newest) = covering.first() else {
         return Ok(None);
     };
-    let verdict_of = |note: &str| match policy {
-        // A listed witness's line that does not verify counts for nothing here; verifying the
-        // bundle names it.
-        Some(policy) => policy.check(note).unwrap_or_else(|_| WitnessVerdict {
-            cosigned_by: Vec::new(),
-            quorum: policy.quorum(),
-            of: policy.cosigners().keys().len(),
+    let mut verdict_of = |signed: &Signed, note: &str| match policy {
+        Some(policy) => policy.check(note).unwrap_or_else(|error| {
+            bad.push((signed.seq, error.to_string()));
+            WitnessVerdict {
+                cosigned_by: Vec::new(),
+                quorum: policy.quorum(),
+                of: policy.cosigners().keys().len(),
+            }
         }),
         None => WitnessVerdict::default(),
     };
     let newest_note = cosigned_note(js, &newest.note, newest.checkpoint.size).await?;
-    let newest_verdict = verdict_of(&newest_note);
+    let newest_verdict = verdict_of(newest, &newest_note);
     if policy.is_none() || newest_verdict.met() {
         return Ok(Some((newest, newest_note, newest_verdict)));
     }
     for &candidate in &covering[1..] {
         let note = cosigned_note(js, &candidate.note, candidate.checkpoint.size).await?;
-        let verdict = verdict_of(&note);
+        let verdict = verdict_of(candidate, &note);
         if verdict.met() {
             return Ok(Some((candidate, note, verdict)));
         }

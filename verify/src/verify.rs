@@ -994,7 +994,16 @@ impl Run {
         let newest = trust.trusted.last();
         let witnessed = match &options.witness_policy {
             Some(policy) => {
-                let found = crate::prove::witnessed_in(js, &trust.trusted, Some(policy), 0).await?;
+                let mut bad = Vec::new();
+                let found = crate::prove::witnessed_in(js, &trust.trusted, Some(policy), 0, &mut bad).await?;
+                // A listed witness's line that does not verify is tampering in ATL_COSIGNATURES, not
+                // a missing cosignature.
+                findings.extend(bad.into_iter().map(|(checkpoint_seq, reason)| {
+                    Finding::CheckpointUntrusted {
+                        checkpoint_seq,
+                        reason: format!("a cosignature by a witness of the policy does not verify: {reason}"),
+                    }
+                }));
                 found.map(|(signed, note, verdict)| {
                     if !verdict.met() {
                         findings.push(Finding::WitnessQuorum {

@@ -482,6 +482,14 @@ impl Config {
                 format!("{:?} needs an http(s) url and a verifier key", bad.url),
             ));
         }
+        let mut keys: Vec<&str> = self.ledger.witnesses.iter().map(|w| w.key.trim()).collect();
+        keys.sort_unstable();
+        if let Some(twice) = keys.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(invalid(
+                "ledger.witnesses",
+                format!("the key {} is listed twice: one witness counts once", twice[0]),
+            ));
+        }
         let quorum = self.ledger.witness_quorum();
         if self.ledger.witness_quorum.is_some() && (quorum == 0 || quorum > self.ledger.witnesses.len()) {
             return Err(invalid(

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cosigned_note(note of size S) ─▶ atl.cosignatures.<S>.* in order ─▶ each message that extends
-//!   exactly this note, first per witness ─▶ its appended line ─▶ note + lines (a C2SP cosigned note)
+//!   exactly this note by one line with the key id its subject names, first per witness
+//!   ─▶ note + those lines (a C2SP cosigned note)
 //! ```
 //!
 //! Nothing here checks a cosignature: a reader does, with its own witness policy
@@ -12,6 +13,7 @@
 //! the same size) is left out here and is a witness's refusal's business, not the reader's.
 
 use async_nats::jetstream;
+use base64::Engine as _;
 use toolledger_wire::streams::COSIGNATURES;
 
 use crate::read::{OrderedReader, ReadSpec};
@@ -40,15 +42,31 @@ pub async fn cosigned_note(js: &jetstream::Context, note: &str, size: u64) -> Re
         if seen.contains(&subject) {
             continue;
         }
+        // One line, by the witness the subject names (its key id, 8 hex digits, is the last token):
+        // a message is the note plus that witness's line, nothing else is taken from it.
+        let Some(key_id) = subject
+            .rsplit('.')
+            .next()
+            .and_then(|id| u32::from_str_radix(id, 16).ok())
+        else {
+            continue;
+        };
         let text = String::from_utf8_lossy(&message.payload);
-        if let Some(lines) = text.strip_prefix(note)
-            && !lines.is_empty()
-            && lines.ends_with('\n')
-            && lines.split_terminator('\n').all(|l| l.starts_with("\u{2014} "))
+        if let Some(line) = text.strip_prefix(note)
+            && line.ends_with('\n')
+            && line.matches('\n').count() == 1
+            && line_key_id(line) == Some(key_id)
         {
-            cosigned.push_str(lines);
+            cosigned.push_str(line);
             seen.push(subject);
         }
     }
     Ok(cosigned)
+}
+
+/// The key id of a signature line `— <name> <base64(key id || …)>`.
+fn line_key_id(line: &str) -> Option<u32> {
+    let blob = line.strip_prefix("\u{2014} ")?.trim_end().rsplit(' ').next()?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(blob).ok()?;
+    Some(u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?))
 }

@@ -342,11 +342,18 @@ async fn witnesses(js: &jetstream::Context, config: &Config, lag: Duration) -> C
                 );
             }
         };
-        let (cosigned, since) = match &last {
-            Some(message) => (checkpoint_size(&message.payload), message.time),
-            None => (0, latest.time),
+        let cosigned = last.as_ref().map_or(0, |m| checkpoint_size(&m.payload));
+        // How long the oldest checkpoint it has not cosigned has waited (sizes grow with the
+        // checkpoint stream's sequence, so it is found by bisection).
+        let waiting = if cosigned >= size {
+            Duration::ZERO
+        } else {
+            match first_signed_after(js, latest.seq, cosigned).await {
+                Ok(Some(since)) => now.signed_duration_since(since).to_std().unwrap_or_default(),
+                Ok(None) => Duration::ZERO,
+                Err(error) => return check(NAME, Status::Fail, error.to_string(), None),
+            }
         };
-        let waiting = now.signed_duration_since(since).to_std().unwrap_or_default();
         if cosigned >= size || waiting < lag {
             keeping_up += 1;
         } else {
@@ -370,6 +377,33 @@ async fn witnesses(js: &jetstream::Context, config: &Config, lag: Duration) -> C
         Status::Warn
     };
     check(NAME, status, detail, (status != Status::Ok).then_some(action))
+}
+
+/// When the first checkpoint larger than `size` was signed, looking at ATL_CHECKPOINTS up to
+/// `last_seq`; `None` when none is larger.
+async fn first_signed_after(
+    js: &jetstream::Context,
+    last_seq: u64,
+    size: u64,
+) -> anyhow::Result<Option<chrono::DateTime<Utc>>> {
+    let at = |seq: u64| async move {
+        toolledger_ledger::stored_message(js, CHECKPOINTS, seq)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("ATL_CHECKPOINTS has no message {seq}"))
+    };
+    if checkpoint_size(&at(last_seq).await?.payload) <= size {
+        return Ok(None);
+    }
+    let (mut low, mut high) = (1, last_seq);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if checkpoint_size(&at(mid).await?.payload) > size {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    Ok(Some(at(low).await?.time))
 }
 
 /// The size line of a checkpoint note (0 when it has none).

@@ -146,6 +146,18 @@ pub fn tile_store(config: &Config, flag: Option<&str>, none: bool) -> anyhow::Re
 /// Verifies and reports; an error (non-zero exit) when anything is wrong.
 pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let verifiers = load_verifiers(&config, args.key.as_deref())?;
+    if args.parquet.is_some() {
+        // A Parquet archive holds the checkpoints but not ATL_COSIGNATURES.
+        anyhow::ensure!(
+            args.witnesses.witnesses.is_empty(),
+            "--witness cannot be checked with --parquet: the archive holds no cosignatures"
+        );
+        if config.witness_policy.is_some() {
+            eprintln!(
+                "toolledger verify: [witness_policy] is not checked with --parquet: the archive holds no cosignatures"
+            );
+        }
+    }
     if let Some(prefix) = &args.parquet {
         return super::export::verify_parquet(&config, prefix, &verifiers, args.json).await;
     }
@@ -176,6 +188,11 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         ..VerifyOptions::default()
     };
     if args.monitor {
+        if options.witness_policy.is_some() {
+            eprintln!(
+                "toolledger verify: --monitor checks the witness policy once, when it stops, not per checkpoint"
+            );
+        }
         return monitor(&js, &args, &verifiers, &options).await;
     }
     let mut progress = ProgressReport::new();
