@@ -177,33 +177,56 @@ pub(crate) fn official_for(class: &str) -> Option<&'static str> {
 /// spool record and an `fdatasync` of the same file, in the emitting thread. Returns how many
 /// `E` lines had that, and how many there were.
 fn synced_before_return(trace: &str) -> (usize, usize) {
-    // strace -f lines: `<tid> write(<fd>, …) = n`, `<tid> fdatasync(<fd>) = 0`.
-    let mut pending: HashMap<&str, (Option<String>, bool)> = HashMap::new();
+    // strace -f lines: `<tid> write(<fd>, …) = n`, `<tid> fdatasync(<fd>) = 0`; a call another
+    // thread interrupts is split: `<tid> fdatasync(<fd> <unfinished ...>`, later
+    // `<tid> <... fdatasync resumed>) = 0`. Between two `E` lines a thread may write other fds too
+    // (a runtime's eventfd wake-up): an `E` line counts as synced when some fd the thread wrote since
+    // its last `E` line was fdatasync'ed after its last write.
+    #[derive(Default)]
+    struct Thread<'a> {
+        /// Each fd written since the last `E` line: synced since its last write?
+        written: HashMap<&'a str, bool>,
+        /// The fd of an fdatasync strace printed unfinished.
+        unfinished: Option<&'a str>,
+    }
+    let mut threads: HashMap<&str, Thread> = HashMap::new();
     let (mut synced, mut total) = (0, 0);
     for line in trace.lines() {
         let Some((tid, call)) = line.trim().split_once(char::is_whitespace) else {
             continue;
         };
         let call = call.trim_start();
-        let state = pending.entry(tid).or_insert((None, false));
+        let state = threads.entry(tid).or_default();
+        let mut sync = |fd: Option<&str>, call: &str| {
+            if let Some(flag) = fd.and_then(|fd| state.written.get_mut(fd))
+                && call.ends_with("= 0")
+            {
+                *flag = true;
+            }
+        };
         if let Some(rest) = call.strip_prefix("write(") {
-            let fd = rest.split(',').next().unwrap_or_default().to_owned();
+            let fd = rest.split(',').next().unwrap_or_default();
             if fd == "1" {
                 if rest.contains("\"E ") {
                     total += 1;
-                    if state.1 {
+                    if state.written.values().any(|synced| *synced) {
                         synced += 1;
                     }
                 }
-                *state = (None, false);
+                state.written.clear();
             } else if fd != "2" {
-                *state = (Some(fd), false);
+                state.written.insert(fd, false);
             }
         } else if let Some(rest) = call.strip_prefix("fdatasync(") {
-            let fd = rest.split(')').next().unwrap_or_default();
-            if state.0.as_deref() == Some(fd) && call.ends_with("= 0") {
-                state.1 = true;
+            let fd = rest.split([')', ' ']).next().unwrap_or_default();
+            if call.ends_with("<unfinished ...>") {
+                state.unfinished = Some(fd);
+            } else {
+                sync(Some(fd), call);
             }
+        } else if call.starts_with("<... fdatasync resumed>") {
+            let fd = state.unfinished.take();
+            sync(fd, call);
         }
     }
     (synced, total)
@@ -252,4 +275,24 @@ pub(crate) fn assert_fdatasync_before_emit_returns(command: impl Fn(&str, &str) 
         synced < total,
         "interval: the check cannot tell the policies apart"
     );
+}
+
+#[test]
+fn the_fsync_trace_reader_follows_calls_strace_split() {
+    let trace = "\
+100 write(11, \"rec\", 3) = 3
+100 fdatasync(11 <unfinished ...>
+101 write(5, \"x\", 1) = 1
+100 <... fdatasync resumed>) = 0
+100 write(1, \"E id1\\n\", 6) = 6
+100 write(11, \"rec\", 3) = 3
+100 fdatasync(11) = 0
+100 write(4, \"\\1\\0\\0\\0\\0\\0\\0\\0\", 8) = 8
+100 write(1, \"E id2\\n\", 6) = 6
+100 write(11, \"rec\", 3) = 3
+101 fdatasync(11) = 0
+100 write(1, \"E id3\\n\", 6) = 6
+";
+    // The third emit's record was synced by another thread, not before that emit returned.
+    assert_eq!(synced_before_return(trace), (2, 3));
 }
