@@ -7,14 +7,20 @@
 //!   format is shared), and the Rust SDK drains a spool the Python SDK wrote;
 //! - a producer killed with SIGKILL at seeded moments while it emits, then restarted: every event whose
 //!   `emit` returned before a kill is in the ledger exactly once (`TOOLLEDGER_FAULT_SEED` replays);
-//! - nats-server frozen and then restarted while the producer emits: nothing lost once it is back.
+//! - nats-server frozen and then restarted while the producer emits: nothing lost once it is back;
+//! - a 2 MiB result emitted while NATS is unreachable, then sent by a restarted producer through the
+//!   tenant's payload bucket: in the ledger behind a `$payload` reference whose blob holds exactly the
+//!   text emitted, the upload gone from the bucket, no sidecar left in the spool, a lost ack position
+//!   replaying nothing twice; and spools with uploads cross between the SDKs (Python writes, Rust
+//!   drains; Rust writes, Python drains).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use toolledger_testkit::{ChildProcess, python, workspace_root};
+use toolledger_testkit::{ChildProcess, NatsFixture, python, workspace_root};
+use toolledger_wire::LedgerEntry;
 
 use crate::fixture::{Rng, fault_seed};
 use crate::producers::{
@@ -363,4 +369,357 @@ fn sdk_rust_every_event_policy_fdatasyncs_before_emit_returns() {
             .args(["--count", "10", "--flush-timeout", "0", "--fsync", policy]);
         command
     });
+}
+
+/// `row 00000000\n`, `row 00000001\n`, … cut at `size` bytes: the text `producer_run upload` (and the
+/// Python SDK's `producer_run.py upload`) emits, written here on its own so the comparison does not
+/// trust the SDK.
+fn large_text(size: usize) -> Vec<u8> {
+    let mut text = Vec::with_capacity(size + 13);
+    let mut row = 0;
+    while text.len() < size {
+        text.extend_from_slice(format!("row {row:08}\n").as_bytes());
+        row += 1;
+    }
+    text.truncate(size);
+    text
+}
+
+/// A nats-server whose contract `init --tenant acme` made (so `ATL_PAYLOADS_acme` exists), with
+/// ingest running on a data directory of its own.
+struct PayloadLedger {
+    nats: NatsFixture,
+    ingest: ChildProcess,
+    data: tempfile::TempDir,
+}
+
+impl PayloadLedger {
+    fn start() -> Self {
+        let nats = NatsFixture::start();
+        let data = tempfile::tempdir().unwrap();
+        let url = nats.url();
+        let env = [
+            ("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap()),
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
+            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+        ];
+        let mut init = ChildProcess::spawn(
+            toolledger(),
+            ["init", "--nats-url", &url, "--tenant", "acme"],
+            &env,
+        );
+        let status = init.wait_timeout(Duration::from_secs(60)).expect("init exits");
+        assert!(status.success(), "init failed\n{}", init.stderr());
+        let ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", &url], &env);
+        Self { nats, ingest, data }
+    }
+
+    /// The ledger's entries once `want` ids are all there (at most 60 s).
+    fn entries(&mut self, runtime: &tokio::runtime::Runtime, want: &HashSet<String>) -> Vec<LedgerEntry> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let entries: Vec<LedgerEntry> = runtime.block_on(async {
+                let js = async_nats::jetstream::new(async_nats::connect(self.nats.url()).await.unwrap());
+                let tail = toolledger_ledger::last_sequence(&js, toolledger_wire::streams::LEDGER)
+                    .await
+                    .unwrap();
+                if tail == 0 {
+                    return Vec::new();
+                }
+                toolledger_ledger::read_range(&js, toolledger_wire::streams::LEDGER, 1, tail)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|(_, bytes)| LedgerEntry::parse(&bytes).unwrap())
+                    .collect()
+            });
+            let have: HashSet<String> = entries.iter().map(|e| e.event.id().to_owned()).collect();
+            if want.is_subset(&have) {
+                return entries;
+            }
+            assert!(
+                self.ingest.try_status().is_none(),
+                "ingest exited\n{}",
+                self.ingest.stderr()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{} of {} emitted events never reached the ledger\n{}",
+                want.difference(&have).count(),
+                want.len(),
+                self.ingest.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The large result of the invocations whose ids are `want` is in the ledger behind a `$payload`
+    /// whose blob is `expected`; no `$upload` reached the ledger; each object named in `pending` is
+    /// gone from the bucket (ingest deletes it once the entry is in).
+    fn assert_uploaded(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        want: &HashSet<String>,
+        pending: &[Value],
+        expected: &[u8],
+    ) {
+        let entries = self.entries(runtime, want);
+        let store = toolledger_ledger::BlobStore::open(&format!(
+            "file://{}",
+            self.data.path().join("blobs").display()
+        ))
+        .unwrap();
+        let acme = toolledger_wire::Tenant::parse("acme").unwrap();
+        let result = entries
+            .iter()
+            .find(|e| e.event.ty() == "tool.result.created" && want.contains(e.event.id()))
+            .expect("the result is in the ledger");
+        let event = result.event_json();
+        assert!(
+            event["data"]["content"][0]["text"]["$payload"].is_object(),
+            "ingest replaced the $upload by a $payload: {}",
+            event["data"]["content"]
+        );
+        let payload = result
+            .ledger
+            .payload_refs
+            .iter()
+            .find(|p| p.path == "/data/content/0/text")
+            .expect("a payload ref for the text");
+        assert_eq!(payload.size, expected.len() as u64);
+        let content = runtime.block_on(store.fetch_verified(&acme, payload)).unwrap();
+        assert!(content.as_ref() == expected, "the blob is the text emitted");
+        for entry in entries.iter().filter(|e| want.contains(e.event.id())) {
+            let bytes = entry.canonical_bytes().unwrap();
+            assert!(
+                !bytes.windows(7).any(|w| w == b"$upload"),
+                "an upload reference reached the ledger: {}",
+                entry.event.id()
+            );
+        }
+        let url = self.nats.url();
+        runtime.block_on(async {
+            let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+            let objects = js.get_object_store("ATL_PAYLOADS_acme").await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            for upload in pending {
+                let name = upload["name"].as_str().unwrap();
+                loop {
+                    let gone = objects.info(name).await.map_or(true, |info| info.deleted);
+                    if gone {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "{name} still in the bucket");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        });
+    }
+}
+
+fn sidecars(spool: &Path) -> Vec<String> {
+    std::fs::read_dir(spool.join("uploads"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `UPLOADS [...]` line of an `upload` run (either SDK's).
+fn pending_uploads(stdout: &str) -> Vec<Value> {
+    let pending: Value = serde_json::from_str(
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("UPLOADS "))
+            .expect("UPLOADS line"),
+    )
+    .unwrap();
+    pending.as_array().unwrap().clone()
+}
+
+fn python_producer(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(python())
+        .arg(workspace_root().join("sdk/python/tests/producer_run.py"))
+        .args(args)
+        .env("PYTHONPATH", workspace_root().join("sdk/python/src"))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn sdk_rust_large_result_emitted_offline_travels_through_the_payload_bucket() {
+    const SIZE: usize = 2 * 1024 * 1024;
+    let mut ledger = PayloadLedger::start();
+    let url = ledger.nats.url();
+    let spool_dir = tempfile::tempdir().unwrap();
+    let spool = spool_dir.path().join("spool");
+    let spool_arg = spool.to_str().unwrap();
+    let size = SIZE.to_string();
+    let expected = large_text(SIZE);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // Offline: emit must not need NATS; the value waits in a sidecar beside its record.
+    let mut child = producer(&[
+        "upload",
+        UNREACHABLE,
+        spool_arg,
+        "acme",
+        "inv-upload-1",
+        "--size",
+        &size,
+    ]);
+    let status = child
+        .wait_timeout(Duration::from_secs(30))
+        .expect("producer exits");
+    let stdout = child.stdout();
+    assert!(status.success(), "{stdout}\n{}", child.stderr());
+    let want: HashSet<String> = emitted(&stdout).into_iter().collect();
+    let pending = pending_uploads(&stdout);
+    assert!(!pending.is_empty(), "a 2 MiB result must be uploaded: {stdout}");
+    assert_eq!(
+        sidecars(&spool).len(),
+        pending.len(),
+        "one sidecar per pending upload"
+    );
+    // The segments as they are now, for the lost-ack replay below.
+    let saved: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&spool)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
+        .map(|e| (e.path(), std::fs::read(e.path()).unwrap()))
+        .collect();
+
+    // A restart with NATS reachable: the objects go into ATL_PAYLOADS_acme, then the events.
+    let mut drain = producer(&["drain", &url, spool_arg, "acme", "--timeout", "30"]);
+    let status = drain.wait_timeout(Duration::from_secs(40)).expect("drain exits");
+    assert!(status.success(), "{}\n{}", drain.stdout(), drain.stderr());
+    let metrics: Value =
+        serde_json::from_str(drain.stdout().trim().strip_prefix("DRAINED ").unwrap()).unwrap();
+    assert_eq!(
+        metrics["uploaded"].as_u64(),
+        Some(pending.len() as u64),
+        "{metrics}"
+    );
+    ledger.assert_uploaded(&runtime, &want, &pending, &expected);
+    assert_eq!(
+        sidecars(&spool),
+        Vec::<String>::new(),
+        "acked sidecars are deleted"
+    );
+
+    // A lost ack position (a power cut, a damaged `ack` file) brings the acked records back without
+    // their sidecars: the upload's record is counted acked, the rest are duplicates for the ledger to
+    // drop; nothing is quarantined for a missing upload and the spool does not get stuck.
+    let _ = std::fs::remove_file(spool.join("ack"));
+    for (path, bytes) in &saved {
+        std::fs::write(path, bytes).unwrap();
+    }
+    let mut again = producer(&["drain", &url, spool_arg, "acme", "--timeout", "20"]);
+    let status = again.wait_timeout(Duration::from_secs(30)).expect("drain exits");
+    assert!(status.success(), "{}\n{}", again.stdout(), again.stderr());
+    let metrics: Value =
+        serde_json::from_str(again.stdout().trim().strip_prefix("DRAINED ").unwrap()).unwrap();
+    assert_eq!(
+        metrics["recovered"].as_u64(),
+        Some(want.len() as u64),
+        "{metrics}"
+    );
+    assert_eq!(metrics["uploaded"].as_u64(), Some(0), "{metrics}");
+
+    // The shared format, both ways: a spool with uploads the Python SDK wrote offline is drained by
+    // the Rust SDK, and one the Rust SDK wrote is drained by the Python SDK.
+    let py_spool = spool_dir.path().join("python-spool");
+    let output = python_producer(&[
+        "upload",
+        UNREACHABLE,
+        py_spool.to_str().unwrap(),
+        "acme",
+        "inv-upload-py",
+        "--size",
+        &size,
+    ]);
+    let py_stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{py_stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let py_want: HashSet<String> = emitted(&py_stdout).into_iter().collect();
+    let py_pending = pending_uploads(&py_stdout);
+    assert!(!py_pending.is_empty(), "{py_stdout}");
+    let stdout = run(&[
+        "drain",
+        &url,
+        py_spool.to_str().unwrap(),
+        "acme",
+        "--timeout",
+        "30",
+    ]);
+    assert!(
+        stdout.contains(&format!("\"uploaded\":{}", py_pending.len())),
+        "{stdout}"
+    );
+    ledger.assert_uploaded(&runtime, &py_want, &py_pending, &expected);
+    assert_eq!(sidecars(&py_spool), Vec::<String>::new());
+
+    let rs_spool = spool_dir.path().join("rust-spool");
+    let stdout = run(&[
+        "upload",
+        UNREACHABLE,
+        rs_spool.to_str().unwrap(),
+        "acme",
+        "inv-upload-rs",
+        "--size",
+        &size,
+    ]);
+    let rs_want: HashSet<String> = emitted(&stdout).into_iter().collect();
+    let rs_pending = pending_uploads(&stdout);
+    assert!(!rs_pending.is_empty(), "{stdout}");
+    let output = python_producer(&[
+        "drain",
+        &url,
+        rs_spool.to_str().unwrap(),
+        "acme",
+        "--timeout",
+        "30",
+    ]);
+    let py_drain = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{py_drain}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metrics: Value = serde_json::from_str(py_drain.trim().strip_prefix("DRAINED ").unwrap()).unwrap();
+    assert_eq!(
+        metrics["uploaded"].as_u64(),
+        Some(rs_pending.len() as u64),
+        "{metrics}"
+    );
+    ledger.assert_uploaded(&runtime, &rs_want, &rs_pending, &expected);
+    assert_eq!(sidecars(&rs_spool), Vec::<String>::new());
+
+    // Every event of the four runs is in the ledger once; nothing was quarantined.
+    std::thread::sleep(Duration::from_millis(500));
+    let all: HashSet<String> = want.iter().chain(&py_want).chain(&rs_want).cloned().collect();
+    let entries = ledger.entries(&runtime, &all);
+    for id in &all {
+        let n = entries.iter().filter(|e| e.event.id() == id).count();
+        assert_eq!(n, 1, "{id} in the ledger {n} times");
+    }
+    let quarantined = runtime.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+        let mut stream = js.get_stream(toolledger_wire::streams::QUARANTINE).await.unwrap();
+        stream.info().await.unwrap().state.messages
+    });
+    assert_eq!(quarantined, 0, "a record was quarantined");
+    let status = ledger
+        .ingest
+        .terminate(Duration::from_secs(30))
+        .expect("ingest stops");
+    assert!(status.success(), "{}", ledger.ingest.stderr());
 }

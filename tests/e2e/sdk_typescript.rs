@@ -11,7 +11,12 @@
 //!   spool format is shared), and the TypeScript SDK drains a spool the Python SDK wrote;
 //! - a producer killed with SIGKILL at seeded moments while it emits, then restarted: every event whose
 //!   `emit` resolved before a kill is in the ledger exactly once (`TOOLLEDGER_FAULT_SEED` replays);
-//! - nats-server frozen and then restarted while the producer emits: nothing lost once it is back.
+//! - nats-server frozen and then restarted while the producer emits: nothing lost once it is back;
+//! - a 2 MiB result emitted while NATS is unreachable, then sent by a restarted producer through the
+//!   tenant's payload bucket: in the ledger behind a `$payload` reference whose blob holds exactly the
+//!   text emitted, the upload gone from the bucket, no sidecar left, a lost ack position replaying
+//!   nothing twice; the uploads and body bytes are those the Python SDK makes of the same event, and a
+//!   spool with uploads written by either SDK is drained by the other.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -19,7 +24,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use toolledger_testkit::{ChildProcess, python, workspace_root};
+use toolledger_testkit::{ChildProcess, NatsFixture, python, workspace_root};
+use toolledger_wire::LedgerEntry;
 
 use crate::fixture::{Rng, fault_seed};
 use crate::producers::{
@@ -492,4 +498,482 @@ fn sdk_typescript_every_event_policy_fdatasyncs_before_emit_returns() {
             .args(["--count", "10", "--flush-timeout", "0", "--fsync", policy]);
         command
     });
+}
+
+/// A ledger whose `init` created tenant `acme` (and with it the payload bucket `ATL_PAYLOADS_acme`),
+/// and its ingest.
+struct UploadLedger {
+    nats: NatsFixture,
+    ingest: ChildProcess,
+    data: tempfile::TempDir,
+}
+
+impl UploadLedger {
+    fn start() -> Self {
+        let nats = NatsFixture::start();
+        let data = tempfile::tempdir().unwrap();
+        let url = nats.url();
+        let env = [
+            ("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap()),
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
+            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+        ];
+        let mut init = ChildProcess::spawn(
+            toolledger(),
+            ["init", "--nats-url", &url, "--tenant", "acme"],
+            &env,
+        );
+        let status = init.wait_timeout(Duration::from_secs(60)).expect("init exits");
+        assert!(status.success(), "init failed\n{}", init.stderr());
+        let ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", &url], &env);
+        Self { nats, ingest, data }
+    }
+
+    /// The ledger's entries once `want` ids are all there (at most 60 s).
+    fn entries(&mut self, runtime: &tokio::runtime::Runtime, want: &HashSet<String>) -> Vec<LedgerEntry> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let entries: Vec<LedgerEntry> = runtime.block_on(async {
+                let js = async_nats::jetstream::new(async_nats::connect(self.nats.url()).await.unwrap());
+                let tail = toolledger_ledger::last_sequence(&js, toolledger_wire::streams::LEDGER)
+                    .await
+                    .unwrap();
+                if tail == 0 {
+                    return Vec::new();
+                }
+                toolledger_ledger::read_range(&js, toolledger_wire::streams::LEDGER, 1, tail)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|(_, bytes)| LedgerEntry::parse(&bytes).unwrap())
+                    .collect()
+            });
+            let have: HashSet<String> = entries.iter().map(|e| e.event.id().to_owned()).collect();
+            if want.is_subset(&have) {
+                return entries;
+            }
+            assert!(
+                self.ingest.try_status().is_none(),
+                "ingest exited\n{}",
+                self.ingest.stderr()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{} of {} emitted events never reached the ledger\n{}",
+                want.difference(&have).count(),
+                want.len(),
+                self.ingest.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Checks that the `tool.result.created` among `want` holds, behind a `$payload`, a blob equal to
+    /// `large_text(size)`, that no `$upload` reached the ledger, and that ingest deleted each of
+    /// `names` from the bucket.
+    fn assert_uploaded(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        want: &HashSet<String>,
+        size: usize,
+        names: &[String],
+    ) {
+        let entries = self.entries(runtime, want);
+        let store = toolledger_ledger::BlobStore::open(&format!(
+            "file://{}",
+            self.data.path().join("blobs").display()
+        ))
+        .unwrap();
+        let acme = toolledger_wire::Tenant::parse("acme").unwrap();
+        let result = entries
+            .iter()
+            .find(|e| e.event.ty() == "tool.result.created" && want.contains(e.event.id()))
+            .expect("the result is in the ledger");
+        let event = result.event_json();
+        assert!(
+            event["data"]["content"][0]["text"]["$payload"].is_object(),
+            "ingest replaced the $upload by a $payload: {}",
+            event["data"]["content"]
+        );
+        let payload = result
+            .ledger
+            .payload_refs
+            .iter()
+            .find(|p| p.path == "/data/content/0/text")
+            .expect("a payload ref for the text");
+        assert_eq!(payload.size, size as u64);
+        let content = runtime.block_on(store.fetch_verified(&acme, payload)).unwrap();
+        assert!(
+            content.as_ref() == large_text(size).as_slice(),
+            "the blob is the text emitted"
+        );
+        for entry in entries.iter().filter(|e| want.contains(e.event.id())) {
+            let bytes = entry.canonical_bytes().unwrap();
+            assert!(
+                !bytes.windows(7).any(|w| w == b"$upload"),
+                "an upload reference reached the ledger: {}",
+                entry.event.id()
+            );
+        }
+        // Ingest deletes each upload once its entry is in the ledger.
+        let url = self.nats.url();
+        runtime.block_on(async {
+            let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+            let objects = js.get_object_store("ATL_PAYLOADS_acme").await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            for name in names {
+                loop {
+                    let gone = objects.info(name).await.map_or(true, |info| info.deleted);
+                    if gone {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "{name} still in the bucket");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        });
+    }
+}
+
+/// `row 00000000\n`, `row 00000001\n`, … cut at `size` bytes (what `producer_run.ts upload` and
+/// `producer_run.py upload` emit).
+fn large_text(size: usize) -> Vec<u8> {
+    let mut text = Vec::with_capacity(size + 13);
+    let mut row = 0;
+    while text.len() < size {
+        text.extend_from_slice(format!("row {row:08}\n").as_bytes());
+        row += 1;
+    }
+    text.truncate(size);
+    text
+}
+
+/// The names of the files in `spool`'s `uploads/` (none when it does not exist).
+fn sidecars(spool: &Path) -> Vec<String> {
+    std::fs::read_dir(spool.join("uploads"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `UPLOADS [...]` line of an `upload` run.
+fn pending_uploads(stdout: &str) -> Vec<Value> {
+    let pending: Value = serde_json::from_str(
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("UPLOADS "))
+            .expect("UPLOADS line"),
+    )
+    .unwrap();
+    pending.as_array().unwrap().clone()
+}
+
+fn python_sdk(args: &[&str]) -> ChildProcess {
+    let mut all = vec![
+        workspace_root()
+            .join("sdk/python/tests/producer_run.py")
+            .display()
+            .to_string(),
+    ];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    let path = workspace_root().join("sdk/python/src").display().to_string();
+    ChildProcess::spawn(&python(), all, &[("PYTHONPATH", path.as_str())])
+}
+
+/// Runs a Python snippet with the checkout's SDK on the path; returns its stdout.
+fn run_python(code: &str, args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new(python())
+        .arg("-c")
+        .arg(code)
+        .args(args)
+        .env("PYTHONPATH", workspace_root().join("sdk/python/src"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.unwrap_or("").as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// For each record with uploads of the spool `argv[1]` whose upload is the text `large_text(argv[2])`
+/// at /data/content/0/text: the Python SDK's `uploads.extract` of the original data must give the very
+/// uploads and body bytes the record holds. Prints one `OK <name>` per record.
+const PYTHON_SAME_UPLOADS: &str = r#"
+import json, sys, urllib.parse
+from toolledger_producer import uploads, wire
+from toolledger_producer.producer import DEFAULT_MAX_EVENT_BYTES
+from toolledger_producer.spool import Spool
+size = int(sys.argv[2])
+text = "".join(f"row {i:08d}\n" for i in range(size // 13 + 1))[:size]
+spool = Spool(sys.argv[1])
+for m in spool.head(100000):
+    if not m.uploads:
+        continue
+    data = json.loads(m.body)
+    data["content"][0]["text"] = text
+    event_id = urllib.parse.unquote(m.headers["ce-id"])
+    header_bytes = sum(len(k) + len(v) + 4 for k, v in m.headers.items())
+    out, moved = uploads.extract(data, event_id=event_id, bucket=uploads.bucket_of("acme"),
+                                 threshold=uploads.DEFAULT_UPLOAD_THRESHOLD,
+                                 budget=DEFAULT_MAX_EVENT_BYTES - header_bytes)
+    assert wire.dumps(out) == m.body, (wire.dumps(out)[:500], m.body[:500])
+    mine = [(u.bucket, u.name, u.sha256, u.size, u.content_type) for u, _ in moved]
+    theirs = [(u.bucket, u.name, u.sha256, u.size, u.content_type) for u in m.uploads]
+    assert mine == theirs, (mine, theirs)
+    for u in m.uploads:
+        print("OK", u.name)
+spool.close()
+"#;
+
+#[test]
+fn sdk_typescript_large_result_emitted_offline_travels_through_the_payload_bucket() {
+    const SIZE: usize = 2 * 1024 * 1024;
+    let script = script(); // compiled before the ledger starts
+    assert!(script.exists());
+    let mut ledger = UploadLedger::start();
+    let url = ledger.nats.url();
+    let spool_dir = tempfile::tempdir().unwrap();
+    let spool = spool_dir.path().join("spool");
+    let spool_arg = spool.to_str().unwrap();
+    let size = SIZE.to_string();
+
+    // Offline: emit must not need NATS; the value waits in a sidecar beside its record.
+    let mut child = producer(&[
+        "upload",
+        UNREACHABLE,
+        spool_arg,
+        "acme",
+        "inv-upload-ts-1",
+        "--size",
+        &size,
+    ]);
+    let status = child
+        .wait_timeout(Duration::from_secs(30))
+        .expect("producer exits");
+    let stdout = child.stdout();
+    assert!(status.success(), "{stdout}\n{}", child.stderr());
+    let want: HashSet<String> = emitted(&stdout).into_iter().collect();
+    let pending = pending_uploads(&stdout);
+    assert!(!pending.is_empty(), "a 2 MiB result must be uploaded: {stdout}");
+    assert_eq!(
+        sidecars(&spool).len(),
+        pending.len(),
+        "one sidecar per pending upload"
+    );
+    // The segments as they are now, for the lost-ack replay below.
+    let saved: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&spool)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
+        .map(|e| (e.path(), std::fs::read(e.path()).unwrap()))
+        .collect();
+
+    // The Python SDK reads the record's uploads and, from the same event, moves the same value under
+    // the same name to the same body bytes.
+    let same = run_python(PYTHON_SAME_UPLOADS, &[spool_arg, &size], None);
+    let names: Vec<String> = pending
+        .iter()
+        .map(|u| u["name"].as_str().unwrap().to_owned())
+        .collect();
+    let checked: Vec<String> = same
+        .lines()
+        .filter_map(|l| l.strip_prefix("OK "))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(checked, names, "{same}");
+
+    // A restart with NATS reachable: the objects go into ATL_PAYLOADS_acme, then the events.
+    let mut drain = producer(&["drain", &url, spool_arg, "acme", "--timeout", "30"]);
+    let status = drain.wait_timeout(Duration::from_secs(40)).expect("drain exits");
+    assert!(status.success(), "{}\n{}", drain.stdout(), drain.stderr());
+    let metrics: Value =
+        serde_json::from_str(drain.stdout().trim().strip_prefix("DRAINED ").unwrap()).unwrap();
+    assert_eq!(
+        metrics["uploaded"].as_u64(),
+        Some(pending.len() as u64),
+        "{metrics}"
+    );
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    ledger.assert_uploaded(&runtime, &want, SIZE, &names);
+    assert_eq!(
+        sidecars(&spool),
+        Vec::<String>::new(),
+        "acked sidecars are deleted"
+    );
+
+    // A lost ack position brings the acked records back without their sidecars: the upload's record
+    // is counted acked, the rest are duplicates for the ledger to drop; nothing is quarantined for a
+    // missing upload and the spool does not get stuck.
+    let _ = std::fs::remove_file(spool.join("ack"));
+    for (path, bytes) in &saved {
+        std::fs::write(path, bytes).unwrap();
+    }
+    let mut again = producer(&["drain", &url, spool_arg, "acme", "--timeout", "20"]);
+    let status = again.wait_timeout(Duration::from_secs(30)).expect("drain exits");
+    assert!(status.success(), "{}\n{}", again.stdout(), again.stderr());
+    let metrics: Value =
+        serde_json::from_str(again.stdout().trim().strip_prefix("DRAINED ").unwrap()).unwrap();
+    assert_eq!(
+        metrics["recovered"].as_u64(),
+        Some(want.len() as u64),
+        "{metrics}"
+    );
+    assert_eq!(metrics["uploaded"].as_u64(), Some(0), "{metrics}");
+
+    // The spool format is shared: a spool with uploads the Python SDK wrote is drained by the
+    // TypeScript SDK, and one the TypeScript SDK wrote by the Python SDK.
+    let mut all_want = want.clone();
+    for (writer, drainer, invocation) in [("py", "ts", "inv-upload-py-2"), ("ts", "py", "inv-upload-ts-3")] {
+        let spool = spool_dir.path().join(format!("spool-{writer}"));
+        let spool_arg = spool.to_str().unwrap();
+        let args = [
+            "upload",
+            UNREACHABLE,
+            spool_arg,
+            "acme",
+            invocation,
+            "--size",
+            &size,
+        ];
+        let mut child = if writer == "py" {
+            python_sdk(&args)
+        } else {
+            producer(&args)
+        };
+        let status = child
+            .wait_timeout(Duration::from_secs(30))
+            .expect("producer exits");
+        let stdout = child.stdout();
+        assert!(status.success(), "{writer}: {stdout}\n{}", child.stderr());
+        let want: HashSet<String> = emitted(&stdout).into_iter().collect();
+        let names: Vec<String> = pending_uploads(&stdout)
+            .iter()
+            .map(|u| u["name"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(names.len(), 1, "{writer}: {stdout}");
+        let args = ["drain", url.as_str(), spool_arg, "acme", "--timeout", "30"];
+        let mut drain = if drainer == "py" {
+            python_sdk(&args)
+        } else {
+            producer(&args)
+        };
+        let status = drain.wait_timeout(Duration::from_secs(40)).expect("drain exits");
+        let out = drain.stdout();
+        assert!(status.success(), "{drainer}: {out}\n{}", drain.stderr());
+        let metrics: Value = serde_json::from_str(out.trim().strip_prefix("DRAINED ").unwrap()).unwrap();
+        assert_eq!(metrics["uploaded"].as_u64(), Some(1), "{drainer}: {metrics}");
+        ledger.assert_uploaded(&runtime, &want, SIZE, &names);
+        assert_eq!(
+            sidecars(&spool),
+            Vec::<String>::new(),
+            "{drainer}: acked sidecars are deleted"
+        );
+        all_want.extend(want);
+    }
+
+    std::thread::sleep(Duration::from_millis(500));
+    let entries = ledger.entries(&runtime, &all_want);
+    for id in &all_want {
+        let n = entries.iter().filter(|e| e.event.id() == id).count();
+        assert_eq!(n, 1, "{id} in the ledger {n} times");
+    }
+    let quarantined = runtime.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+        let mut stream = js.get_stream(toolledger_wire::streams::QUARANTINE).await.unwrap();
+        stream.info().await.unwrap().state.messages
+    });
+    assert_eq!(quarantined, 0, "a record was quarantined");
+    let status = ledger
+        .ingest
+        .terminate(Duration::from_secs(30))
+        .expect("ingest stops");
+    assert!(status.success(), "{}", ledger.ingest.stderr());
+}
+
+/// The Python SDK's `uploads.extract` of each case, as `producer_run.ts extract` prints it.
+const PYTHON_EXTRACT: &str = r#"
+import json, sys
+from toolledger_producer import uploads
+for c in json.load(sys.stdin):
+    data, moved = uploads.extract(c["data"], event_id=c["event_id"], bucket="ATL_PAYLOADS_acme",
+                                  threshold=c["threshold"], budget=c["budget"])
+    refs = [{"bucket": u.bucket, "name": u.name, "sha256": u.sha256, "size": u.size,
+             "content_type": u.content_type} for u, _ in moved]
+    print(json.dumps({"data": data, "uploads": refs}, separators=(",", ":"), ensure_ascii=False))
+"#;
+
+#[test]
+fn sdk_typescript_moves_the_values_the_python_sdk_moves_under_the_same_names() {
+    let big = |c: char, n: usize| -> String { std::iter::repeat_n(c, n).collect() };
+    let rows: Vec<Value> = (0..400)
+        .map(|i| serde_json::json!({"k": big('v', 1000), "i": i}))
+        .collect();
+    let cases = serde_json::json!([
+        {"event_id": "ev 1/ü~x", "threshold": 262144, "budget": 1_000_000_000,
+         "data": {"a/b": {"t~": big('x', 300_000)}, "n": 1, "%key é": big('é', 200_000)}},
+        {"event_id": "ev-2", "threshold": 262144, "budget": 1_000_000_000,
+         "data": {"rows": rows, "small": "ok"}},
+        {"event_id": "ev-3", "threshold": 262144, "budget": 4000,
+         "data": {"a": big('a', 5000), "b": [big('b', 3000), big('c', 2000)], "c": big('ü', 600), "d": 7,
+                  "e": {"$payload": {"sha256": "00", "size": 1}}}},
+        {"event_id": "ev-4", "threshold": 1024, "budget": 1_000_000_000,
+         "data": {"nested": {"x": [1, 2, {"deep": big('d', 1500)}], "y": big('y', 900), "z": big('z', 900)},
+                  "list": [big('l', 2000), null, true, 3.5, "short"]}},
+        {"event_id": "ev-5", "threshold": 262144, "budget": 20_000,
+         "data": {"content": [{"type": "text", "text": big('t', 30_000)}, {"type": "json", "json": {"k": big('j', 12_000)}}]}},
+        {"event_id": "ev-6", "threshold": 262144, "budget": 1_000_000_000, "data": {"small": "nothing moves"}},
+    ]);
+    let input = cases.to_string();
+    let python_out = run_python(PYTHON_EXTRACT, &[], Some(&input));
+    let mut child = std::process::Command::new(node())
+        .arg(script())
+        .arg("extract")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let typescript_out = String::from_utf8(output.stdout).unwrap();
+    let python_lines: Vec<&str> = python_out.lines().collect();
+    let typescript_lines: Vec<&str> = typescript_out.lines().collect();
+    assert_eq!(python_lines.len(), 6);
+    assert_eq!(typescript_lines.len(), 6);
+    let mut moved = 0;
+    for (i, (p, t)) in python_lines.iter().zip(&typescript_lines).enumerate() {
+        // Byte for byte: the same references, and the same data around them.
+        assert_eq!(p, t, "case {i}");
+        let v: Value = serde_json::from_str(p).unwrap();
+        moved += v["uploads"].as_array().unwrap().len();
+    }
+    assert!(moved >= 8, "the cases move values: {python_out}");
 }

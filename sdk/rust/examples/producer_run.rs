@@ -12,6 +12,11 @@
 //! producer_run drain NATS_URL SPOOL TENANT [--timeout S]
 //!     Opens the spool, waits until the sender has every event acked, prints `DRAINED {metrics}`;
 //!     exits 1 if the timeout passed first.
+//! producer_run upload NATS_URL SPOOL TENANT INVOCATION [--size N] [--flush-timeout S]
+//!     Emits one invocation whose result is a text of N bytes (`large_text(N)`, 2 MiB by default), so
+//!     it travels through the tenant's payload bucket; prints `E <id>` lines, then
+//!     `UPLOADS [{name, sha256, size, file}]` (the spool's pending uploads) and `DONE {metrics}`.
+//!     S = 0 (the default): exits without waiting for acks.
 //! producer_run everything SPOOL
 //!     Emits one of every event kind the SDK makes into SPOOL (no sender), then prints each as a
 //!     structured CloudEvent, one JSON line each.
@@ -154,6 +159,46 @@ async fn drain(args: &Args) -> Result<i32, Failure> {
     producer.close(Duration::from_secs(5)).await?;
     let word = if drained { "DRAINED" } else { "NOT DRAINED" };
     out(&format!("{word} {}", serde_json::to_string(&metrics)?));
+    Ok(if drained { 0 } else { 1 })
+}
+
+/// `row 00000000\n`, `row 00000001\n`, … cut at `size` bytes (the e2e test writes the same).
+fn large_text(size: usize) -> String {
+    let mut text = String::with_capacity(size + 13);
+    let mut row = 0;
+    while text.len() < size {
+        text.push_str(&format!("row {row:08}\n"));
+        row += 1;
+    }
+    text.truncate(size);
+    text
+}
+
+async fn upload(args: &Args) -> Result<i32, Failure> {
+    let (nats, spool, tenant, invocation) = (args.at(1), args.at(2), args.at(3), args.at(4));
+    let mut config = config(args, nats, spool, tenant);
+    config.on_emitted = Some(Arc::new(|event| out(&format!("E {}", event.id))));
+    let producer = Producer::open(config).await?;
+    out("READY");
+    let size = args.number("size", 2.0 * 1024.0 * 1024.0) as usize;
+    let flush_timeout = args.number("flush-timeout", 0.0);
+    let input = json!({"key": "big", "pin": "secret-big"});
+    let options = InvocationOptions::default().invocation_id(invocation);
+    let inv = producer.invocation_with(&tool(), input, options).await?;
+    inv.succeed(json!(large_text(size))).await?;
+    let drained = flush_timeout <= 0.0 || producer.flush(Duration::from_secs_f64(flush_timeout)).await;
+    let pending: Vec<_> = producer
+        .spool()
+        .head(1000)?
+        .iter()
+        .flat_map(|m| m.uploads.iter())
+        .map(|u| json!({"name": u.name, "sha256": u.sha256, "size": u.size, "file": u.file}))
+        .collect();
+    out(&format!("UPLOADS {}", serde_json::to_string(&pending)?));
+    let metrics = producer.metrics();
+    let grace = if flush_timeout <= 0.0 { 0 } else { 5 };
+    producer.close(Duration::from_secs(grace)).await?;
+    out(&format!("DONE {}", serde_json::to_string(&metrics)?));
     Ok(if drained { 0 } else { 1 })
 }
 
@@ -332,6 +377,7 @@ async fn main() {
     let result = match args.at(0) {
         "emit" => emit(&args).await,
         "drain" => drain(&args).await,
+        "upload" => upload(&args).await,
         "everything" => everything(&args).await,
         "bench" => bench(&args).await,
         other => {

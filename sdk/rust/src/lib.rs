@@ -9,8 +9,11 @@
 //!        │
 //!        ▼
 //! Producer::emit ─▶ wire::binary_message (checks; ce-* headers, percent-encoded; Nats-Msg-Id)
-//!                ─▶ spool::Spool::append (one write(2), fdatasync per policy) ─▶ emit returns
-//! sender task    ─▶ Spool::head ─▶ JetStream publish (in order, up to max_in_flight) ─▶ PubAck
+//!                ─▶ uploads::extract (large values become {"$upload": …} references)
+//!                ─▶ spool::Spool::append (sidecars fdatasync'ed first; one write(2), fdatasync per
+//!                   policy) ─▶ emit returns
+//! sender task    ─▶ Spool::head ─▶ object store puts of a record's uploads
+//!                ─▶ JetStream publish (in order, up to max_in_flight) ─▶ PubAck
 //!                ─▶ Spool::ack (ack file, compaction) ─▶ on failure: capped backoff, window 1
 //! ```
 //!
@@ -21,6 +24,10 @@
 //!   headers, `Nats-Msg-Id`, the inbound subject.
 //! - [`spool`]: the durable spool (segments, ack file, compaction, torn-tail recovery, lock, bounded
 //!   disk with a block or fail policy, fsync every event or every N ms).
+//! - [`uploads`]: which values of an event travel through the tenant's payload bucket
+//!   (`ATL_PAYLOADS_<tenant>`) as `{"$upload": …}` references, and the object names, exactly as the
+//!   Python SDK chooses them; the spool keeps their bytes in durable sidecars until the sender puts
+//!   them.
 //! - [`producer`]: [`Producer`]: `emit`, the background sender, `flush`, `close`, metrics.
 //! - [`invocation`]: [`InvocationGuard`], one tool call's lifecycle, with permission, hook and progress
 //!   helpers.
@@ -38,6 +45,7 @@ pub mod events;
 pub mod invocation;
 pub mod producer;
 pub mod spool;
+pub mod uploads;
 pub mod wire;
 
 use std::path::PathBuf;
@@ -49,7 +57,7 @@ pub use events::{
 };
 pub use invocation::{Finished, InvocationGuard, InvocationOptions, ToolFailure, error_of};
 pub use producer::{Metrics, Producer, ProducerConfig};
-pub use spool::{FsyncPolicy, FullPolicy, SpoolConfig};
+pub use spool::{FsyncPolicy, FullPolicy, SpoolConfig, Upload};
 
 /// What can go wrong producing an event. An `emit` that returned an error stored nothing.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +77,7 @@ pub enum Error {
     SpoolFull {
         /// The spool directory.
         dir: PathBuf,
-        /// Bytes of segment files on disk.
+        /// Bytes of segment files and upload sidecars on disk.
         used: u64,
         /// The configured bound.
         max: u64,
@@ -94,6 +102,15 @@ pub enum Error {
         segment: u64,
         /// The record's first byte in the segment.
         offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An upload sidecar whose bytes do not match the size and sha256 its record names: the sender
+    /// reports it and retries; it never publishes a reference to bytes it could not check.
+    #[error("upload sidecar {path}: {reason}")]
+    CorruptUpload {
+        /// The sidecar.
+        path: PathBuf,
         /// What is wrong with it.
         reason: String,
     },

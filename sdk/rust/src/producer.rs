@@ -2,10 +2,16 @@
 //! ATL_INBOUND and removes what the stream acked.
 //!
 //! ```text
-//! emit(event) ─▶ wire::binary_message (checks, ce-* headers, Nats-Msg-Id) ─▶ Spool::append (durable,
-//!                on a blocking thread) ─▶ returns: the event is on disk; it will reach the ledger
+//! emit(event) ─▶ wire::binary_message (checks, ce-* headers, Nats-Msg-Id)
+//!             ─▶ uploads::extract (values over upload_threshold_bytes, or what keeps the event over
+//!                max_event_bytes, become {"$upload": …} references; their bytes go along)
+//!             ─▶ Spool::append (sidecars, then the record: durable) ─▶ returns: the event is on
+//!                disk; it will reach the ledger
 //! sender task (one async-nats connection that reconnects forever)
-//!   ─▶ Spool::head(window) ─▶ send_publish each, in order on the wire, expected stream ATL_INBOUND
+//!   ─▶ Spool::head(window) ─▶ for a record with uploads: put each sidecar into ATL_PAYLOADS_<tenant>
+//!      (skipped when the object is there with that size and digest), in order; at the first failed
+//!      put only the records before it are published
+//!   ─▶ send_publish each, in order on the wire, expected stream ATL_INBOUND
 //!   ─▶ await the PubAcks in order ─▶ Spool::ack(acked prefix)
 //!   ─▶ on a failure: capped exponential backoff with jitter, window 1 until a publish succeeds
 //!      again (so a refused event is not overtaken by many of its successors); window doubles back
@@ -35,7 +41,7 @@ use tokio::task::JoinHandle;
 use crate::events::{Event, EventBuilder, Tool, TraceContext};
 use crate::invocation::{InvocationGuard, InvocationOptions};
 use crate::spool::{FsyncPolicy, Message, Spool, SpoolConfig};
-use crate::{Error, Result, wire};
+use crate::{Error, Result, uploads, wire};
 
 /// The stream producers publish to (DESIGN.md §2); the expected-stream header makes a publish that a
 /// misconfigured server would route elsewhere fail instead.
@@ -68,8 +74,15 @@ pub struct ProducerConfig {
     pub trace: Option<TraceContext>,
     /// Spool bounds and policies.
     pub spool: SpoolConfig,
-    /// Events larger on the wire are refused with [`Error::InvalidEvent`] at emit.
+    /// Events larger on the wire (once large values moved to uploads) are refused with
+    /// [`Error::InvalidEvent`] at emit.
     pub max_event_bytes: usize,
+    /// A value in `data` whose JSON is over this (256 KiB), and whatever else keeps the event over
+    /// `max_event_bytes`, travels through the tenant's payload bucket `ATL_PAYLOADS_<tenant>` as an
+    /// `{"$upload": …}` reference ([`crate::uploads`]); `emit` stays offline: the bytes wait in the
+    /// spool until the sender puts them, just before it publishes the event. `None` turns uploads off
+    /// (events over `max_event_bytes` are refused).
+    pub upload_threshold_bytes: Option<usize>,
     /// How long a publish waits for its PubAck before it is retried (5 s).
     pub publish_timeout: Duration,
     /// Publishes awaiting their acks at once (64).
@@ -113,6 +126,7 @@ impl ProducerConfig {
             trace: None,
             spool: SpoolConfig::default(),
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            upload_threshold_bytes: Some(uploads::DEFAULT_UPLOAD_THRESHOLD),
             publish_timeout: Duration::from_secs(5),
             max_in_flight: 64,
             backoff_initial: Duration::from_millis(100),
@@ -155,11 +169,13 @@ pub struct Metrics {
     pub queued: u64,
     /// Events acked by ATL_INBOUND since this producer started.
     pub sent: u64,
-    /// Failed publish attempts, each retried.
+    /// Failed publish or upload attempts, each retried.
     pub retried: u64,
+    /// Objects put into the payload bucket since this producer started.
+    pub uploaded: u64,
     /// Seconds since the oldest queued event was emitted (0 when none).
     pub oldest_age: f64,
-    /// Bytes of segment files on disk.
+    /// Bytes of segment files and upload sidecars on disk.
     pub spool_bytes: u64,
     /// Records found unacked when the spool was opened.
     pub recovered: u64,
@@ -171,6 +187,8 @@ struct Inner {
     servers: Vec<ServerAddr>,
     connect_options: async_nats::ConnectOptions,
     max_event_bytes: usize,
+    upload_threshold: Option<usize>,
+    bucket: String,
     publish_timeout: Duration,
     max_in_flight: usize,
     backoff_initial: Duration,
@@ -178,6 +196,7 @@ struct Inner {
     on_emitted: Option<EmitObserver>,
     sent: AtomicU64,
     retried: AtomicU64,
+    uploaded: AtomicU64,
     last_error: Mutex<Option<String>>,
     declared: Mutex<HashSet<(String, String)>>,
     wake: Notify,
@@ -216,6 +235,7 @@ impl Producer {
     /// Opens the spool (resuming what an earlier run left) and, unless `config.start_sender` is
     /// false, starts the sender. Needs a tokio runtime.
     pub async fn open(config: ProducerConfig) -> Result<Self> {
+        let bucket = uploads::bucket_of(&config.tenant);
         let events = EventBuilder::new(config.tenant, config.source)?
             .with_session(config.session_id)
             .with_trace(config.trace);
@@ -241,6 +261,8 @@ impl Producer {
                     servers,
                     connect_options: config.connect_options.unwrap_or_default(),
                     max_event_bytes: config.max_event_bytes,
+                    upload_threshold: config.upload_threshold_bytes,
+                    bucket,
                     publish_timeout: config.publish_timeout,
                     max_in_flight: config.max_in_flight.max(1),
                     backoff_initial: config.backoff_initial,
@@ -248,6 +270,7 @@ impl Producer {
                     on_emitted: config.on_emitted,
                     sent: AtomicU64::new(0),
                     retried: AtomicU64::new(0),
+                    uploaded: AtomicU64::new(0),
                     last_error: Mutex::new(None),
                     declared: Mutex::new(HashSet::new()),
                     wake: Notify::new(),
@@ -295,17 +318,19 @@ impl Producer {
     /// Under `every_event` the file work (a write and an fdatasync) runs on tokio's blocking pool.
     /// Under `interval` the append is one `write(2)` into the page cache, microseconds, so it runs on
     /// the calling task as a log line would (a thread hop per event cost more than the write: half of
-    /// `emit`'s time in a profile); only a full spool, which may wait for room, goes to the pool.
+    /// `emit`'s time in a profile). Anything more goes to the pool: a full spool (which may wait
+    /// for room), a segment roll (fdatasyncs), the spool's lock held by another thread, a record over
+    /// 64 KiB, and an event with uploads (its sidecars are fdatasync'ed under both policies).
     pub async fn emit(&self, event: Event) -> Result<String> {
         let inner = self.inner();
         if matches!(inner.spool.fsync(), FsyncPolicy::Interval(_)) {
-            let message = inner.prepare(&event)?;
-            if inner.spool.try_append(&message)? {
+            let (message, contents) = inner.prepare(&event)?;
+            if contents.is_empty() && inner.spool.try_append(&message)? {
                 return Ok(inner.emitted(&event));
             }
             let inner = Arc::clone(inner);
             return blocking(move || {
-                inner.spool.append(&message)?;
+                inner.spool.append_with(&message, &contents)?;
                 Ok(inner.emitted(&event))
             })
             .await;
@@ -372,6 +397,7 @@ impl Producer {
             queued: inner.spool.queued(),
             sent: inner.sent.load(Ordering::Relaxed),
             retried: inner.retried.load(Ordering::Relaxed),
+            uploaded: inner.uploaded.load(Ordering::Relaxed),
             oldest_age,
             spool_bytes: inner.spool.used_bytes(),
             recovered: inner.spool.recovered(),
@@ -433,13 +459,14 @@ impl Producer {
 
 impl Inner {
     fn emit(&self, event: &Event) -> Result<String> {
-        let message = self.prepare(event)?;
-        self.spool.append(&message)?;
+        let (message, contents) = self.prepare(event)?;
+        self.spool.append_with(&message, &contents)?;
         Ok(self.emitted(event))
     }
 
-    /// The record of `event`, checked as ingest would check it.
-    fn prepare(&self, event: &Event) -> Result<Message> {
+    /// The record of `event`, checked as ingest would check it, with its large values moved to
+    /// uploads, and the bytes of each upload.
+    fn prepare(&self, event: &Event) -> Result<(Message, Vec<Vec<u8>>)> {
         if event.tenant != self.events.tenant() {
             return Err(Error::invalid(
                 "/tenant",
@@ -451,12 +478,28 @@ impl Inner {
             ));
         }
         let mut message = wire::binary_message(event)?;
-        let size = message.body.len()
-            + message
-                .headers
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + 4)
-                .sum::<usize>();
+        let header_bytes = message
+            .headers
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 4)
+            .sum::<usize>();
+        let mut contents = Vec::new();
+        // A body within the threshold has no value over it: small events skip the walk.
+        if let Some(threshold) = self.upload_threshold
+            && (message.body.len() > threshold || message.body.len() + header_bytes > self.max_event_bytes)
+        {
+            let budget = self.max_event_bytes.saturating_sub(header_bytes);
+            let (data, moved) = uploads::extract(&event.data, &event.id, &self.bucket, threshold, budget)?;
+            if !moved.is_empty() {
+                message.body =
+                    serde_json::to_vec(&data).map_err(|e| Error::invalid("/data", e.to_string()))?;
+                for (upload, content) in moved {
+                    message.uploads.push(upload);
+                    contents.push(content);
+                }
+            }
+        }
+        let size = message.body.len() + header_bytes;
         if size > self.max_event_bytes {
             return Err(Error::invalid(
                 "/data",
@@ -468,7 +511,7 @@ impl Inner {
             ));
         }
         message.emitted_at_ms = now_ms();
-        Ok(message)
+        Ok((message, contents))
     }
 
     /// After `event` is in the spool: wakes the sender, tells the observer; its id.
@@ -585,7 +628,7 @@ async fn run_sender(inner: Arc<Inner>) {
         // Stopping abandons the acks still awaited: those records stay unacked and are sent again
         // at the next start (the ledger drops the repeats).
         let (acked, error) = tokio::select! {
-            outcome = publish_batch(&js, &batch, inner.publish_timeout) => outcome,
+            outcome = send_batch(&inner, &js, &batch) => outcome,
             _ = stop.changed() => break,
         };
         if acked > 0 {
@@ -616,16 +659,136 @@ async fn run_sender(inner: Arc<Inner>) {
     drop(client);
 }
 
+/// Puts the uploads of `batch`'s records, in order, then publishes the records whose objects are in:
+/// how many of its first records were acked (or counted acked), and the error that stopped the rest.
+async fn send_batch(
+    inner: &Arc<Inner>,
+    js: &async_nats::jetstream::Context,
+    batch: &[Message],
+) -> (usize, Option<String>) {
+    // Uploads first, in order: a record is published only once its objects are in the bucket; at
+    // the first that fails, only the records before it go out.
+    let mut ready = batch.len();
+    let mut upload_error = None;
+    let mut acked_before = vec![false; batch.len()];
+    for (i, message) in batch.iter().enumerate() {
+        if message.uploads.is_empty() {
+            continue;
+        }
+        match put_uploads(inner, js, message).await {
+            Ok(true) => {}
+            Ok(false) => acked_before[i] = true,
+            Err(e) => {
+                ready = i;
+                upload_error = Some(e);
+                break;
+            }
+        }
+    }
+    let (acked, error) = publish_batch(js, &batch[..ready], &acked_before, inner.publish_timeout).await;
+    (acked, error.or(upload_error))
+}
+
+/// Puts each upload of `message` into its bucket unless the object is already there with the same
+/// size and digest (a retry, or a restart after a put whose record was not acked). `Ok(false)` when
+/// the record was acked before: a sidecar is missing and its object is not in the bucket. Sidecars are
+/// durable before their record and deleted only after its ack, so that happens only when a power loss
+/// or a damaged `ack` file brought acked records back (docs/sdk/spool.md, Uploads); such a record is
+/// counted acked, not published with a reference to nothing.
+async fn put_uploads(
+    inner: &Arc<Inner>,
+    js: &async_nats::jetstream::Context,
+    message: &Message,
+) -> std::result::Result<bool, String> {
+    use async_nats::jetstream::object_store::InfoErrorKind;
+    use base64::Engine as _;
+
+    for upload in &message.uploads {
+        let store = js
+            .get_object_store(&upload.bucket)
+            .await
+            .map_err(|e| format!("object store {}: {e}", upload.bucket))?;
+        // Some(info) of a live object, None when there is none.
+        let existing = match store.info(&upload.name).await {
+            Ok(info) if !info.deleted => Some(info),
+            Ok(_) => None,
+            Err(e) if e.kind() == InfoErrorKind::NotFound => None,
+            Err(e) => return Err(format!("object {} in {}: {e}", upload.name, upload.bucket)),
+        };
+        let has_sidecar = {
+            let inner = Arc::clone(inner);
+            let upload = upload.clone();
+            blocking(move || Ok(inner.spool.has_upload(&upload)))
+                .await
+                .map_err(|e| e.to_string())?
+        };
+        if !has_sidecar && existing.is_none() {
+            tracing::warn!(
+                dir = %inner.spool.dir().display(),
+                object = %upload.name,
+                bucket = %upload.bucket,
+                "the sidecar is gone and the object is not in the bucket: the record was acked before \
+                 its ack position was lost; not sent again"
+            );
+            return Ok(false);
+        }
+        let raw = (0..upload.sha256.len())
+            .step_by(2)
+            .map(|i| {
+                upload
+                    .sha256
+                    .get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+            })
+            .collect::<Option<Vec<u8>>>()
+            .ok_or_else(|| format!("upload {}: sha256 {:?} is not hex", upload.name, upload.sha256))?;
+        let digest = format!(
+            "SHA-256={}",
+            base64::engine::general_purpose::URL_SAFE.encode(raw)
+        );
+        if existing
+            .is_some_and(|info| info.size as u64 == upload.size && info.digest.as_deref() == Some(&digest))
+        {
+            continue;
+        }
+        let content = {
+            let inner = Arc::clone(inner);
+            let upload = upload.clone();
+            blocking(move || inner.spool.read_upload(&upload))
+                .await
+                .map_err(|e| e.to_string())?
+        };
+        let info = store
+            .put(upload.name.as_str(), &mut content.as_slice())
+            .await
+            .map_err(|e| format!("put {} into {}: {e}", upload.name, upload.bucket))?;
+        if info.digest.as_deref() != Some(&digest) {
+            return Err(format!(
+                "object {} in {} has digest {:?}, not {digest}",
+                upload.name, upload.bucket, info.digest
+            ));
+        }
+        inner.uploaded.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(true)
+}
+
 /// Publishes `batch` in order on the wire and awaits the acks in order: how many of its first records
-/// were acked, and the error that stopped the rest.
+/// were acked, and the error that stopped the rest. A record marked in `acked_before` is counted acked
+/// without being published.
 async fn publish_batch(
     js: &async_nats::jetstream::Context,
     batch: &[Message],
+    acked_before: &[bool],
     timeout: Duration,
 ) -> (usize, Option<String>) {
-    let mut pending: Vec<PublishAckFuture> = Vec::with_capacity(batch.len());
+    let mut pending: Vec<Option<PublishAckFuture>> = Vec::with_capacity(batch.len());
     let mut error = None;
-    for message in batch {
+    for (i, message) in batch.iter().enumerate() {
+        if acked_before.get(i).copied().unwrap_or(false) {
+            pending.push(None);
+            continue;
+        }
         let publish = match publish_of(message) {
             Ok(publish) => publish,
             Err(e) => {
@@ -636,7 +799,7 @@ async fn publish_batch(
         };
         // Bounded: while disconnected the client's command queue can fill, and send_publish waits.
         match tokio::time::timeout(timeout, js.send_publish(message.subject.clone(), publish)).await {
-            Ok(Ok(ack)) => pending.push(ack),
+            Ok(Ok(ack)) => pending.push(Some(ack)),
             Ok(Err(e)) => {
                 error = Some(format!("publish: {e}"));
                 break;
@@ -649,6 +812,10 @@ async fn publish_batch(
     }
     let mut acked = 0;
     for ack in pending {
+        let Some(ack) = ack else {
+            acked += 1;
+            continue;
+        };
         match ack.await {
             Ok(_) => acked += 1,
             Err(e) => {
@@ -683,7 +850,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn emit_checks_what_ingest_would_refuse() {
         let dir = tempfile::tempdir().unwrap();
-        let producer = Producer::open(config(dir.path())).await.unwrap();
+        let mut config = config(dir.path());
+        // Uploads off: an event over max_event_bytes is refused.
+        config.upload_threshold_bytes = None;
+        let producer = Producer::open(config).await.unwrap();
         let b = producer.events().clone();
         let planned = |snapshot: Invocation| {
             b.invocation(InvocationClass::Planned, &snapshot, &Stamp::default())
@@ -727,6 +897,50 @@ mod tests {
         assert!(producer.emit(foreign).await.is_err());
         assert_eq!(producer.metrics().queued, 0, "a refused event was stored");
         producer.close(Duration::ZERO).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn large_values_go_to_sidecars_at_emit_offline_under_both_policies() {
+        for fsync in [
+            FsyncPolicy::EveryEvent,
+            FsyncPolicy::Interval(Duration::from_millis(50)),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = config(dir.path()).with_spool(SpoolConfig {
+                fsync,
+                ..SpoolConfig::default()
+            });
+            let producer = Producer::open(config).await.unwrap();
+            let text = "row\n".repeat(512 * 1024); // 2 MiB
+            let mut snapshot = Invocation::new("inv-big", "t");
+            snapshot.model_input = Some(serde_json::json!({"doc": text, "small": "s"}));
+            let event = producer
+                .events()
+                .invocation(InvocationClass::Planned, &snapshot, &Stamp::default())
+                .unwrap();
+            let id = producer.emit(event).await.unwrap();
+            let head = producer.spool().head(10).unwrap();
+            assert_eq!(head.len(), 1);
+            let upload = &head[0].uploads[0];
+            assert_eq!(head[0].uploads.len(), 1);
+            assert_eq!(upload.bucket, "ATL_PAYLOADS_acme");
+            assert_eq!(upload.name, format!("{id}/data/model_input/doc"));
+            assert_eq!(upload.size, text.len() as u64);
+            assert_eq!(upload.content_type, uploads::TEXT);
+            assert_eq!(producer.spool().read_upload(upload).unwrap(), text.as_bytes());
+            let body: Value = serde_json::from_slice(&head[0].body).unwrap();
+            assert_eq!(body["model_input"]["small"], "s");
+            assert_eq!(
+                body["model_input"]["doc"]["$upload"]["name"],
+                upload.name.as_str()
+            );
+            assert_eq!(
+                body["model_input"]["doc"]["$upload"]["sha256"],
+                upload.sha256.as_str()
+            );
+            assert!(producer.metrics().spool_bytes > text.len() as u64);
+            producer.close(Duration::ZERO).await.unwrap();
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -817,6 +1031,7 @@ mod tests {
             headers: vec![("ce-id".into(), "a\r\nb".into())],
             body: b"{}".to_vec(),
             emitted_at_ms: 0,
+            uploads: Vec::new(),
         };
         assert!(publish_of(&message).is_err());
         let message = Message {

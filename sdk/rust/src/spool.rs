@@ -12,11 +12,19 @@
 //!           tail is truncated: it was never reported durable) ─▶ index ─▶ a fresh active segment
 //! ```
 //!
+//! Uploads (values too large for a NATS message, see [`crate::uploads`]): [`Spool::append_with`] first
+//! writes each value's bytes to a sidecar file `uploads/<32 random hex>` (0600, in a 0700 directory)
+//! and fdatasyncs it and the directory, under both fsync policies, then appends the record, whose meta
+//! names the sidecars. The sender puts them into the tenant's payload bucket before it publishes the
+//! record; they are deleted after the ack position that covers the record is written. A sidecar no
+//! unacked record names (emit died before its record, or a crash fell between an ack and the deletion)
+//! is deleted at open. Sidecar bytes count toward `max_bytes`.
+//!
 //! The directory is 0700 and every file 0600: records hold events before ingest scrubs them, so raw
 //! secrets. `flock(LOCK_EX | LOCK_NB)` on `lock` (std's `File::try_lock`) keeps a second producer off a
 //! spool in use; the kernel drops it when the holder dies, kill -9 included.
 //!
-//! Full disk (`max_bytes`, the segment files' total size): [`FullPolicy::Block`] makes `append` wait
+//! Full disk (`max_bytes`, the segment files' and unacked sidecars' total size): [`FullPolicy::Block`] makes `append` wait
 //! for the sender to free room, then fail with [`Error::SpoolFull`]; [`FullPolicy::Fail`] fails at
 //! once. An event is never dropped silently.
 //!
@@ -33,6 +41,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::{Error, Result};
@@ -47,6 +56,8 @@ pub const FRAME_BYTES: usize = 8;
 pub const MAX_RECORD: u64 = 64 * 1024 * 1024;
 /// The ack file's size: magic, segment, offset, CRC.
 const ACK_BYTES: usize = 28;
+/// The subdirectory holding upload sidecars.
+pub const UPLOADS_DIR: &str = "uploads";
 
 /// When appended records are made durable with `fdatasync`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +68,10 @@ pub enum FsyncPolicy {
     /// power loss or kernel crash can lose that window.
     Interval(Duration),
 }
+
+/// The largest record [`Spool::try_append`] writes on the calling task; bigger ones go to a blocking
+/// thread (copying and writing them costs more than a hop).
+pub const TRY_APPEND_MAX_BYTES: u64 = 64 * 1024;
 
 /// What `append` does when the event does not fit in `max_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +85,7 @@ pub enum FullPolicy {
 /// The spool's bounds and policies (defaults as docs/sdk/spool.md states them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpoolConfig {
-    /// Bound on the total size of the segment files (256 MiB).
+    /// Bound on the total size of the segment files and upload sidecars (256 MiB).
     pub max_bytes: u64,
     /// A segment rolls when the next record would take it past this (8 MiB).
     pub segment_bytes: u64,
@@ -91,6 +106,27 @@ impl Default for SpoolConfig {
     }
 }
 
+/// One value of an event that travels through the tenant's payload bucket: the object `name` in
+/// `bucket`, with the `sha256`, `size` and `content_type` of the event's `{"$upload": …}` reference.
+/// `file` is its sidecar, relative to the spool directory (`uploads/<hex>`); the spool sets it when
+/// it appends the record.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Upload {
+    /// `ATL_PAYLOADS_<tenant>`.
+    pub bucket: String,
+    /// The object name (`<event id>/<JSON Pointer>`, percent-encoded).
+    pub name: String,
+    /// SHA-256 of the bytes, 64 lowercase hex digits.
+    pub sha256: String,
+    /// Size of the bytes.
+    pub size: u64,
+    /// `text/plain; charset=utf-8` (a string's text) or `application/json`.
+    pub content_type: String,
+    /// The sidecar holding the bytes, relative to the spool directory.
+    #[serde(default)]
+    pub file: String,
+}
+
 /// What goes on the wire for one event, as a record stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
@@ -102,6 +138,9 @@ pub struct Message {
     pub body: Vec<u8>,
     /// Unix milliseconds when emit accepted the event.
     pub emitted_at_ms: u64,
+    /// The values the body references with `{"$upload": …}`, in the order they are put: each must be
+    /// in its bucket before the message is published (empty for most events).
+    pub uploads: Vec<Upload>,
 }
 
 impl Message {
@@ -131,6 +170,34 @@ pub fn encode_record(message: &Message) -> Vec<u8> {
     }
     meta.push_str("},\"emitted_at_ms\":");
     meta.push_str(&message.emitted_at_ms.to_string());
+    if !message.uploads.is_empty() {
+        meta.push_str(",\"uploads\":[");
+        for (i, upload) in message.uploads.iter().enumerate() {
+            if i > 0 {
+                meta.push(',');
+            }
+            for (j, (key, value)) in [
+                ("file", &upload.file),
+                ("bucket", &upload.bucket),
+                ("name", &upload.name),
+                ("sha256", &upload.sha256),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                meta.push_str(if j == 0 { "{\"" } else { ",\"" });
+                meta.push_str(key);
+                meta.push_str("\":");
+                push_json_string(value, &mut meta);
+            }
+            meta.push_str(",\"size\":");
+            meta.push_str(&upload.size.to_string());
+            meta.push_str(",\"content_type\":");
+            push_json_string(&upload.content_type, &mut meta);
+            meta.push('}');
+        }
+        meta.push(']');
+    }
     meta.push('}');
     let payload_len = 4 + meta.len() + message.body.len();
     let mut record = Vec::with_capacity(FRAME_BYTES + payload_len);
@@ -164,6 +231,8 @@ struct Meta {
     headers: OrderedHeaders,
     #[serde(default)]
     emitted_at_ms: u64,
+    #[serde(default)]
+    uploads: Vec<Upload>,
 }
 
 /// A JSON object of string values, in the order it was written.
@@ -208,6 +277,7 @@ pub fn decode_payload(payload: &[u8]) -> std::result::Result<Message, String> {
         headers: meta.headers.0,
         body: payload[4 + meta_len..].to_vec(),
         emitted_at_ms: meta.emitted_at_ms,
+        uploads: meta.uploads,
     })
 }
 
@@ -215,18 +285,32 @@ fn segment_name(number: u64) -> String {
     format!("{number:020}.seg")
 }
 
-#[derive(Debug, Clone, Copy)]
+/// A fresh sidecar path: random, so two records never share one (the same event emitted twice gets
+/// two), and deleting one record's sidecars never touches another's.
+fn new_sidecar_name() -> Result<String> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| Error::Io {
+        path: PathBuf::from(UPLOADS_DIR),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(format!("{UPLOADS_DIR}/{}", crate::wire::hex(&b)))
+}
+
+#[derive(Debug, Clone)]
 struct Entry {
     segment: u64,
     start: u64,
     end: u64,
     emitted_at_ms: u64,
+    /// The sidecars of the record's uploads (paths relative to the spool directory) and their sizes.
+    sidecars: Vec<(String, u64)>,
 }
 
 struct State {
     index: VecDeque<Entry>,
     /// Segment number → bytes on disk.
     sizes: BTreeMap<u64, u64>,
+    /// Bytes of the segments and of the sidecars of unacked records.
     used: u64,
     active: u64,
     file: Option<Arc<File>>,
@@ -324,12 +408,13 @@ impl Spool {
             highest,
             ..
         } = recovery;
+        let sidecar_bytes = remove_orphan_sidecars(&dir, &index)?;
         let active = highest.max(ack.0) + 1;
         let recovered = index.len() as u64;
         let (queued, _) = watch::channel(recovered);
         let state = State {
             index,
-            used: sizes.values().sum(),
+            used: sizes.values().sum::<u64>() + sidecar_bytes,
             sizes,
             active,
             file: None,
@@ -397,7 +482,7 @@ impl Spool {
         self.shared.queued.subscribe()
     }
 
-    /// Bytes of segment files on disk.
+    /// Bytes of segment files and upload sidecars on disk.
     pub fn used_bytes(&self) -> u64 {
         self.shared.lock_state().used
     }
@@ -410,13 +495,23 @@ impl Spool {
     /// Appends one record; returns once it is written and, under [`FsyncPolicy::EveryEvent`],
     /// fdatasync'ed. Fails with [`Error::SpoolFull`] by the full policy; then nothing was stored.
     pub fn append(&self, message: &Message) -> Result<()> {
-        self.append_or_wait(message, true).map(drop)
+        self.append_or_wait(message, &[], true).map(drop)
     }
 
-    /// [`Spool::append`] that never waits for room: `Ok(false)`, with nothing stored, when the spool
-    /// is full and its policy would wait (the `fail` policy still fails).
+    /// [`Spool::append`] of a record with uploads: `contents` are the bytes of `message.uploads`, in
+    /// order. Each goes to a fresh sidecar (its `file` is set here) that is fdatasync'ed, and the
+    /// directory fsync'ed, under both policies, before the record is written.
+    pub fn append_with(&self, message: &Message, contents: &[Vec<u8>]) -> Result<()> {
+        self.append_or_wait(message, contents, true).map(drop)
+    }
+
+    /// [`Spool::append`] for an async task: only ever one `write(2)` of a small record. `Ok(false)`,
+    /// with nothing stored, when it would have to do more — wait for room (the `fail` policy still
+    /// fails), wait for the spool's lock (another thread may be syncing or rolling under it), roll to
+    /// a new segment (fdatasyncs), or write a record over [`TRY_APPEND_MAX_BYTES`]; the caller then
+    /// appends on a blocking thread.
     pub fn try_append(&self, message: &Message) -> Result<bool> {
-        self.append_or_wait(message, false)
+        self.append_or_wait(message, &[], false)
     }
 
     /// The fsync policy.
@@ -424,23 +519,61 @@ impl Spool {
         self.shared.config.fsync
     }
 
-    fn append_or_wait(&self, message: &Message, may_wait: bool) -> Result<bool> {
+    fn append_or_wait(&self, message: &Message, contents: &[Vec<u8>], may_wait: bool) -> Result<bool> {
         let shared = &*self.shared;
+        if contents.len() != message.uploads.len() {
+            return Err(Error::invalid(
+                "/data",
+                format!(
+                    "{} uploads but {} contents: one content per upload",
+                    message.uploads.len(),
+                    contents.len()
+                ),
+            ));
+        }
+        let named;
+        let message = if contents.is_empty() {
+            message
+        } else {
+            let mut copy = message.clone();
+            for upload in &mut copy.uploads {
+                upload.file = new_sidecar_name()?;
+            }
+            named = copy;
+            &named
+        };
+        let sidecar_bytes: u64 = contents.iter().map(|c| c.len() as u64).sum();
         let record = encode_record(message);
         let len = record.len() as u64;
-        if len + SEGMENT_MAGIC.len() as u64 > shared.config.max_bytes.min(MAX_RECORD) {
-            return Err(shared.full(0, format!("an event of {len} bytes can never fit this spool")));
+        let needed = len + sidecar_bytes;
+        let magic = SEGMENT_MAGIC.len() as u64;
+        if len + magic > MAX_RECORD || needed + magic > shared.config.max_bytes {
+            return Err(shared.full(0, format!("an event of {needed} bytes can never fit this spool")));
         }
-        let mut state = shared.lock_state();
+        if !may_wait && len > TRY_APPEND_MAX_BYTES {
+            return Ok(false);
+        }
+        let mut state = if may_wait {
+            shared.lock_state()
+        } else {
+            match shared.state.try_lock() {
+                Ok(state) => state,
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+            }
+        };
         let mut deadline: Option<Instant> = None;
         loop {
             if state.closed {
                 return Err(Error::Closed);
             }
-            if state.used + len <= shared.config.max_bytes {
+            if state.used + needed <= shared.config.max_bytes {
                 break;
             }
             if active_fully_acked(&state) && state.sizes.get(&state.active).copied() > Some(8) {
+                if !may_wait {
+                    return Ok(false);
+                }
                 shared.roll(&mut state)?;
                 continue;
             }
@@ -469,27 +602,45 @@ impl Spool {
         }
         let active_size = state.sizes.get(&state.active).copied().unwrap_or(0);
         if active_size + len > shared.config.segment_bytes && active_size > SEGMENT_MAGIC.len() as u64 {
+            if !may_wait {
+                return Ok(false);
+            }
             shared.roll(&mut state)?;
         }
         let active = state.active;
         let path = shared.dir.join(segment_name(active));
         let file = state.file.clone().ok_or(Error::Closed)?;
         let start = state.sizes.get(&active).copied().unwrap_or(0);
+        let mut sidecars = Vec::with_capacity(contents.len());
+        for (upload, content) in message.uploads.iter().zip(contents) {
+            if let Err(e) = shared.write_sidecar(&upload.file, content) {
+                // Not named by any record: removed now, or at the next open if this fails too.
+                for (file, _) in &sidecars {
+                    let _ = std::fs::remove_file(shared.dir.join(file));
+                }
+                return Err(e);
+            }
+            sidecars.push((upload.file.clone(), content.len() as u64));
+        }
         // One write(2) of the whole record on an O_APPEND file (write_all loops only on a short
         // write, which a regular file gives only when the disk is full).
         if let Err(e) = (&*file).write_all(&record) {
             // A partial record may be on disk: it is a torn tail, truncated at the next open; nothing
             // after it may be appended to this segment, so start a new one.
             let _ = shared.roll(&mut state);
+            for (file, _) in &sidecars {
+                let _ = std::fs::remove_file(shared.dir.join(file));
+            }
             return Err(io(&path)(e));
         }
         state.sizes.insert(active, start + len);
-        state.used += len;
+        state.used += needed;
         state.index.push_back(Entry {
             segment: active,
             start,
             end: start + len,
             emitted_at_ms: message.emitted_at_ms,
+            sidecars,
         });
         shared.queued.send_replace(state.index.len() as u64);
         match shared.config.fsync {
@@ -507,7 +658,7 @@ impl Spool {
             if state.closed {
                 return Err(Error::Closed);
             }
-            state.index.iter().take(limit).copied().collect()
+            state.index.iter().take(limit).cloned().collect()
         };
         let mut out = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -544,8 +695,34 @@ impl Spool {
         Ok(out)
     }
 
-    /// Marks the first `count` unacked records acked: writes the ack position and deletes every
-    /// segment wholly before it.
+    /// Whether `upload`'s sidecar is on disk.
+    pub fn has_upload(&self, upload: &Upload) -> bool {
+        self.shared.dir.join(&upload.file).exists()
+    }
+
+    /// The bytes of `upload`'s sidecar, checked against its size and SHA-256 (a mismatch is
+    /// [`Error::CorruptUpload`]).
+    pub fn read_upload(&self, upload: &Upload) -> Result<Vec<u8>> {
+        let path = self.shared.dir.join(&upload.file);
+        if upload.file.is_empty() || Path::new(&upload.file).is_absolute() || upload.file.contains("..") {
+            return Err(Error::CorruptUpload {
+                path,
+                reason: format!("{:?} is not a sidecar of this spool", upload.file),
+            });
+        }
+        let content = std::fs::read(&path).map_err(io(&path))?;
+        if content.len() as u64 != upload.size || crate::wire::hex(&Sha256::digest(&content)) != upload.sha256
+        {
+            return Err(Error::CorruptUpload {
+                path,
+                reason: format!("its bytes do not match the size and sha256 of {}", upload.name),
+            });
+        }
+        Ok(content)
+    }
+
+    /// Marks the first `count` unacked records acked: writes the ack position, deletes every
+    /// segment wholly before it and the sidecars of the records acked.
     pub fn ack(&self, count: usize) -> Result<()> {
         if count == 0 {
             return Ok(());
@@ -553,9 +730,13 @@ impl Spool {
         let shared = &*self.shared;
         let mut state = shared.lock_state();
         let mut last = None;
+        let mut acked_sidecars = Vec::new();
         for _ in 0..count {
             match state.index.pop_front() {
-                Some(entry) => last = Some(entry),
+                Some(mut entry) => {
+                    acked_sidecars.append(&mut entry.sidecars);
+                    last = Some(entry);
+                }
                 None => break,
             }
         }
@@ -580,6 +761,20 @@ impl Spool {
         // dropped by ingest); the records themselves are what must not be lost.
         let ack = shared.dir.join("ack");
         std::fs::rename(&tmp, &ack).map_err(io(&ack))?;
+        // After the ack position: a crash in between leaves sidecars no unacked record names, which
+        // the next open deletes.
+        for (file, size) in &acked_sidecars {
+            let path = shared.dir.join(file);
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(path = %path.display(), error = %e, "upload sidecar not deleted");
+            }
+            state.used = state.used.saturating_sub(*size);
+        }
+        if !acked_sidecars.is_empty() {
+            shared.space.notify_all();
+        }
         shared.compact(&mut state);
         shared.queued.send_replace(state.index.len() as u64);
         Ok(())
@@ -727,6 +922,36 @@ impl Shared {
         self.space.notify_all();
     }
 
+    /// Writes an upload's bytes to `rel` (O_EXCL, 0600) and makes file and name durable before the
+    /// record that names it exists: a record on disk never names a sidecar a crash could lose.
+    fn write_sidecar(&self, rel: &str, content: &[u8]) -> Result<()> {
+        let uploads = self.dir.join(UPLOADS_DIR);
+        if !uploads.is_dir() {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&uploads)
+                .map_err(io(&uploads))?;
+            std::fs::set_permissions(&uploads, std::fs::Permissions::from_mode(0o700))
+                .map_err(io(&uploads))?;
+            sync_dir(&self.dir)?;
+        }
+        let path = self.dir.join(rel);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io(&path))?;
+        if let Err(e) = file.write_all(content).and_then(|()| file.sync_data()) {
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            return Err(io(&path)(e));
+        }
+        drop(file);
+        sync_dir(&uploads)
+    }
+
     fn sync_loop(&self, every: Duration) {
         loop {
             std::thread::sleep(every);
@@ -754,6 +979,40 @@ impl Shared {
 
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// Deletes every sidecar no unacked record in `index` names (emit died after writing it and before its
+/// record, which was then never reported emitted; or a crash fell between an ack and the deletion);
+/// returns the bytes of the sidecars the unacked records name.
+fn remove_orphan_sidecars(dir: &Path, index: &VecDeque<Entry>) -> Result<u64> {
+    let live: HashMap<&str, u64> = index
+        .iter()
+        .flat_map(|e| e.sidecars.iter().map(|(file, size)| (file.as_str(), *size)))
+        .collect();
+    let uploads = dir.join(UPLOADS_DIR);
+    match std::fs::read_dir(&uploads) {
+        Ok(entries) => {
+            for entry in entries {
+                let entry = entry.map_err(io(&uploads))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !live.contains_key(format!("{UPLOADS_DIR}/{name}").as_str()) {
+                    tracing::info!(dir = %dir.display(), sidecar = %name, "orphaned upload sidecar removed");
+                    let path = entry.path();
+                    std::fs::remove_file(&path).map_err(io(&path))?;
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&uploads)(e)),
+    }
+    for file in live.keys() {
+        if !dir.join(file).exists() {
+            // Never by this SDK: a sidecar is durable before its record is written. The sender keeps
+            // retrying the record (its object may already be in the bucket) and reports the error.
+            tracing::error!(dir = %dir.display(), sidecar = %file, "upload sidecar of an unacked record is missing");
+        }
+    }
+    Ok(live.values().sum())
 }
 
 fn read_ack(dir: &Path) -> (u64, u64) {
@@ -844,14 +1103,18 @@ impl Recovery<'_> {
                     break;
                 }
                 if !(number == ack_segment && end as u64 <= ack_offset) {
-                    let emitted_at_ms = decode_payload(&data[offset + FRAME_BYTES..end])
-                        .map(|m| m.emitted_at_ms)
-                        .unwrap_or(0);
+                    let (emitted_at_ms, sidecars) = decode_payload(&data[offset + FRAME_BYTES..end])
+                        .map(|m| {
+                            let sidecars = m.uploads.into_iter().map(|u| (u.file, u.size)).collect();
+                            (m.emitted_at_ms, sidecars)
+                        })
+                        .unwrap_or_default();
                     self.index.push_back(Entry {
                         segment: number,
                         start: offset as u64,
                         end: end as u64,
                         emitted_at_ms,
+                        sidecars,
                     });
                 }
                 offset = end;
@@ -865,6 +1128,7 @@ impl Recovery<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::os::unix::fs::MetadataExt;
 
     fn msg(n: u64, size: usize) -> Message {
@@ -878,6 +1142,7 @@ mod tests {
             ],
             body,
             emitted_at_ms: 1_700_000_000_000 + n,
+            uploads: Vec::new(),
         }
     }
 
@@ -1132,6 +1397,158 @@ mod tests {
         std::fs::remove_file(dir.path().join("ack")).unwrap();
         let spool = Spool::open(dir.path(), SpoolConfig::default()).unwrap();
         assert_eq!(ids(&spool, 10), ["e0", "e1", "e2", "e3", "e4"]);
+    }
+
+    /// `msg(n, size)` with one upload of `content`.
+    fn with_upload(n: u64, content: &[u8]) -> (Message, Vec<Vec<u8>>) {
+        let mut message = msg(n, 10);
+        message.uploads.push(Upload {
+            bucket: "ATL_PAYLOADS_acme".into(),
+            name: format!("e{n}/data/x"),
+            sha256: crate::wire::hex(&Sha256::digest(content)),
+            size: content.len() as u64,
+            content_type: "text/plain; charset=utf-8".into(),
+            file: String::new(),
+        });
+        (message, vec![content.to_vec()])
+    }
+
+    fn sidecars(dir: &Path) -> Vec<String> {
+        let mut out: Vec<String> = std::fs::read_dir(dir.join(UPLOADS_DIR))
+            .map(|d| d.map(|e| e.unwrap().file_name().into_string().unwrap()).collect())
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn upload_meta_is_written_as_python_writes_it_and_read_back() {
+        let mut message = msg(1, 0);
+        message.subject = "atl.in.acme.tool.result.created".into();
+        message.headers = vec![("ce-id".into(), "e1".into()), ("Nats-Msg-Id".into(), "m1".into())];
+        message.body = b"{}".to_vec();
+        message.uploads.push(Upload {
+            bucket: "ATL_PAYLOADS_acme".into(),
+            name: "e1/data/x".into(),
+            sha256: "ab".repeat(32),
+            size: 5,
+            content_type: "text/plain; charset=utf-8".into(),
+            file: "uploads/00112233445566778899aabbccddeeff".into(),
+        });
+        let record = encode_record(&message);
+        let meta_len = u32::from_be_bytes(record[8..12].try_into().unwrap()) as usize;
+        // The exact bytes Python's `encode_record` writes for this message.
+        assert_eq!(
+            std::str::from_utf8(&record[12..12 + meta_len]).unwrap(),
+            r#"{"subject":"atl.in.acme.tool.result.created","headers":{"ce-id":"e1","Nats-Msg-Id":"m1"},"emitted_at_ms":1700000000001,"uploads":[{"file":"uploads/00112233445566778899aabbccddeeff","bucket":"ATL_PAYLOADS_acme","name":"e1/data/x","sha256":"abababababababababababababababababababababababababababababababab","size":5,"content_type":"text/plain; charset=utf-8"}]}"#
+        );
+        assert_eq!(decode_payload(&record[8..]).unwrap(), message);
+    }
+
+    #[test]
+    fn sidecars_are_0600_in_a_0700_directory_named_by_the_record_and_checked_when_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), SpoolConfig::default()).unwrap();
+        let (message, contents) = with_upload(0, b"hello");
+        spool.append_with(&message, &contents).unwrap();
+        // The same event twice: two sidecars.
+        spool.append_with(&message, &contents).unwrap();
+        let uploads = dir.path().join(UPLOADS_DIR);
+        assert_eq!(std::fs::metadata(&uploads).unwrap().mode() & 0o777, 0o700);
+        let names = sidecars(dir.path());
+        assert_eq!(names.len(), 2);
+        for name in &names {
+            assert_eq!(name.len(), 32);
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+            );
+            let meta = std::fs::metadata(uploads.join(name)).unwrap();
+            assert_eq!(meta.mode() & 0o777, 0o600);
+        }
+        let head = spool.head(10).unwrap();
+        let files: BTreeSet<&str> = head.iter().map(|m| m.uploads[0].file.as_str()).collect();
+        let want: BTreeSet<String> = names.iter().map(|n| format!("uploads/{n}")).collect();
+        assert_eq!(files, want.iter().map(String::as_str).collect());
+        assert!(spool.has_upload(&head[0].uploads[0]));
+        assert_eq!(spool.read_upload(&head[0].uploads[0]).unwrap(), b"hello");
+        std::fs::write(dir.path().join(&head[1].uploads[0].file), b"hellO").unwrap();
+        assert!(matches!(
+            spool.read_upload(&head[1].uploads[0]),
+            Err(Error::CorruptUpload { .. })
+        ));
+        // Contents must match the uploads.
+        assert!(spool.append_with(&message, &[]).is_err());
+    }
+
+    #[test]
+    fn sidecar_bytes_count_toward_max_bytes_and_go_with_the_ack() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SpoolConfig {
+            max_bytes: 8192,
+            when_full: FullPolicy::Fail,
+            ..SpoolConfig::default()
+        };
+        let spool = Spool::open(dir.path(), config.clone()).unwrap();
+        let empty = spool.used_bytes();
+        let (message, contents) = with_upload(0, &[b'a'; 3000]);
+        spool.append_with(&message, &contents).unwrap();
+        let record = encode_record(&spool.head(1).unwrap()[0]).len() as u64;
+        assert_eq!(spool.used_bytes(), empty + record + 3000);
+        spool.append_with(&message, &contents).unwrap();
+        assert!(matches!(
+            spool.append_with(&message, &contents),
+            Err(Error::SpoolFull { .. })
+        ));
+        // A single event that can never fit, counting its sidecar.
+        let (huge, huge_contents) = with_upload(1, &[b'b'; 9000]);
+        assert!(matches!(
+            spool.append_with(&huge, &huge_contents),
+            Err(Error::SpoolFull { .. })
+        ));
+        assert_eq!(sidecars(dir.path()).len(), 2, "a refused event left a sidecar");
+        // Reopened: the sidecars of unacked records are counted again.
+        drop(spool);
+        let spool = Spool::open(dir.path(), config).unwrap();
+        let on_disk: u64 = segments(dir.path())
+            .iter()
+            .map(|n| std::fs::metadata(dir.path().join(n)).unwrap().len())
+            .sum();
+        assert_eq!(spool.used_bytes(), on_disk + 2 * 3000);
+        spool.ack(1).unwrap();
+        assert_eq!(
+            sidecars(dir.path()).len(),
+            1,
+            "the acked record's sidecar is deleted"
+        );
+        spool.ack(1).unwrap();
+        assert_eq!(sidecars(dir.path()), Vec::<String>::new());
+        assert!(spool.used_bytes() < 3000);
+        spool.append_with(&message, &contents).unwrap(); // room again
+    }
+
+    #[test]
+    fn orphaned_sidecars_are_removed_at_open_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), SpoolConfig::default()).unwrap();
+        for n in 0..3 {
+            let (message, contents) = with_upload(n, format!("value {n}").as_bytes());
+            spool.append_with(&message, &contents).unwrap();
+        }
+        spool.ack(1).unwrap();
+        let live = sidecars(dir.path());
+        assert_eq!(live.len(), 2);
+        drop(spool);
+        // An emit that died between its sidecar and its record, and an ack whose deletion a crash
+        // interrupted (the acked record's sidecar is back).
+        std::fs::write(dir.path().join("uploads/0123456789abcdef0123456789abcdef"), b"x").unwrap();
+        std::fs::write(dir.path().join("uploads/fedcba9876543210fedcba9876543210"), b"y").unwrap();
+        let spool = Spool::open(dir.path(), SpoolConfig::default()).unwrap();
+        assert_eq!(sidecars(dir.path()), live);
+        assert_eq!(spool.queued(), 2);
+        let head = spool.head(10).unwrap();
+        assert_eq!(spool.read_upload(&head[0].uploads[0]).unwrap(), b"value 1");
+        assert_eq!(spool.read_upload(&head[1].uploads[0]).unwrap(), b"value 2");
     }
 
     #[test]

@@ -194,6 +194,7 @@ pub fn binary_message(event: &Event) -> Result<Message> {
         headers,
         body,
         emitted_at_ms: 0,
+        uploads: Vec::new(),
     })
 }
 

@@ -10,6 +10,14 @@
  *       means that event was emitted before any later kill. Prints `READY` first and `DONE {metrics}`.
  *   producer_run.js drain NATS_URL SPOOL TENANT [--timeout S]
  *       Opens the spool, waits until the sender has every event acked, prints `DRAINED {metrics}`.
+ *   producer_run.js upload NATS_URL SPOOL TENANT INVOCATION [--size N] [--flush-timeout S]
+ *       Emits one invocation whose result is a text of N bytes (`largeText(N)`), so it travels through
+ *       the tenant's payload bucket; prints `E <id>` lines, then `UPLOADS [{name, sha256, size, file}]`
+ *       (the spool's pending uploads) and `DONE {metrics}`.
+ *   producer_run.js extract
+ *       Reads a JSON array of {event_id, data, threshold, budget} from stdin and prints, for each, the
+ *       JSON {data, uploads: [{bucket, name, sha256, size, content_type}]} that `uploads.extract` makes
+ *       (bucket ATL_PAYLOADS_acme), one line each: the Python SDK's must be the same.
  *   producer_run.js everything SPOOL
  *       Builds one event of every class a producer sends (through the helpers and the builders), emits
  *       them into SPOOL with no sender, and prints each as a structured CloudEvent, one JSON line each.
@@ -20,7 +28,7 @@ import fs from "node:fs";
 
 import { ROOT_CONTEXT, context, trace, type Context, type ContextManager } from "@opentelemetry/api";
 
-import { Producer, ToolFailure, type CloudEvent, type FsyncPolicy, type Tool } from "../src/index.js";
+import { Producer, ToolFailure, extract, type CloudEvent, type FsyncPolicy, type Tool } from "../src/index.js";
 
 const TOOL: Tool = { toolId: "kv.get", name: "get", namespace: "kv", description: "reads a key", sensitiveFields: ["pin"] };
 const UNREACHABLE = "nats://127.0.0.1:1";
@@ -89,6 +97,44 @@ async function drain(args: string[]): Promise<number> {
   await producer.close(5000);
   out(`${drained ? "DRAINED" : "NOT DRAINED"} ${JSON.stringify(metrics)}`);
   return drained ? 0 : 1;
+}
+
+/** `row 00000000\n`, `row 00000001\n`, … cut at `size` bytes (the e2e tests write the same). */
+function largeText(size: number): string {
+  const rows: string[] = [];
+  for (let i = 0; i <= Math.floor(size / 13); i++) rows.push(`row ${String(i).padStart(8, "0")}\n`);
+  return rows.join("").slice(0, size);
+}
+
+async function upload(args: string[]): Promise<number> {
+  const [nats, spool, tenant, invocation] = args as [string, string, string, string];
+  const size = Number(flag(args, "--size", String(2 * 1024 * 1024)));
+  const flushTimeout = Number(flag(args, "--flush-timeout", "0"));
+  const producer = traced(
+    new Producer({ tenant, spoolDir: spool, servers: nats, source: "urn:toolledger-producer:e2e-ts", backoffMaxMs: 1000, publishTimeoutMs: 2000 }),
+  );
+  out("READY");
+  await producer.invoke(TOOL, { key: "big", pin: "secret-big" }, (inv) => inv.result(largeText(size)), { invocationId: invocation });
+  const drained = flushTimeout > 0 ? await producer.flush(flushTimeout * 1000) : true;
+  const pending = producer.spool
+    .head(1000)
+    .flatMap((m) => m.uploads ?? [])
+    .map((u) => ({ name: u.name, sha256: u.sha256, size: u.size, file: u.file }));
+  out(`UPLOADS ${JSON.stringify(pending)}`);
+  const metrics = producer.metrics();
+  await producer.close(flushTimeout > 0 ? 5000 : 0);
+  out(`DONE ${JSON.stringify(metrics)}`);
+  return drained ? 0 : 1;
+}
+
+async function extractMode(): Promise<number> {
+  const cases = JSON.parse(fs.readFileSync(0, "utf8")) as { event_id: string; data: unknown; threshold: number; budget: number }[];
+  for (const c of cases) {
+    const { data, uploads } = extract(c.data, { eventId: c.event_id, bucket: "ATL_PAYLOADS_acme", threshold: c.threshold, budget: c.budget });
+    const refs = uploads.map(({ upload: u }) => ({ bucket: u.bucket, name: u.name, sha256: u.sha256, size: u.size, content_type: u.contentType }));
+    out(JSON.stringify({ data, uploads: refs }));
+  }
+  return 0;
 }
 
 /** A synchronous context manager, so a span made current with `context.with` is the active one. */
@@ -202,10 +248,10 @@ async function bench(args: string[]): Promise<number> {
 }
 
 const [mode, ...rest] = process.argv.slice(2);
-const modes: Record<string, (args: string[]) => Promise<number>> = { emit, drain, everything, bench };
+const modes: Record<string, (args: string[]) => Promise<number>> = { emit, drain, upload, extract: extractMode, everything, bench };
 const run = mode === undefined ? undefined : modes[mode];
 if (run === undefined) {
-  process.stderr.write("usage: producer_run.js emit|drain|everything|bench …\n");
+  process.stderr.write("usage: producer_run.js emit|drain|upload|extract|everything|bench …\n");
   process.exit(2);
 }
 process.exitCode = await run(rest);

@@ -9,7 +9,8 @@
  *     await producer.close();
  *
  * Modules: `events` (typed builders, stable ids, trace context), `wire` (binary-mode CloudEvents over
- * NATS, the checks ingest applies), `spool` (the durable spool, docs/sdk/spool.md), `producer` (emit
+ * NATS, the checks ingest applies), `spool` (the durable spool, docs/sdk/spool.md), `uploads` (large values through the tenant's
+ * payload bucket), `producer` (emit
  * and the background sender), `invocation` (the lifecycle helper). The TypeScript twin of the Python
  * SDK (`sdk/python`): same ids, same wire bytes, same spool format.
  *
@@ -59,13 +60,24 @@ export {
   Spool,
   SpoolError,
   SpoolFull,
+  UPLOADS_DIR,
   decodePayload,
   encodeRecord,
   type FsyncPolicy,
   type FullPolicy,
   type Message,
   type SpoolOptions,
+  type Upload,
 } from "./spool.js";
+export {
+  DEFAULT_UPLOAD_THRESHOLD,
+  MAX_UPLOAD_BYTES,
+  MIN_UPLOAD_BYTES,
+  bucketOf,
+  extract,
+  objectName,
+  type Moved,
+} from "./uploads.js";
 export { InvalidEvent, binaryMessage, msgId, percentEncode } from "./wire.js";
 
 /** The package version. */

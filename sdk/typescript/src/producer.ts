@@ -2,10 +2,15 @@
  * `Producer`: `emit` puts an event in the durable spool; a background sender drains the spool to
  * ATL_INBOUND and removes what the stream acked.
  *
- *     emit(event) ─▶ binaryMessage (checks, ce-* headers, Nats-Msg-Id) ─▶ Spool.append (durable)
+ *     emit(event) ─▶ binaryMessage (checks, ce-* headers, Nats-Msg-Id)
+ *                 ─▶ uploads.extract (values over uploadThresholdBytes, or what keeps the event over
+ *                    maxEventBytes, become {"$upload": …} references; their bytes go along)
+ *                 ─▶ Spool.append (sidecars, then the record: durable)
  *                 ─▶ resolves (the event is on disk; it will reach the ledger)
  *     sender (an async loop on this process's event loop, one NATS connection that reconnects forever)
- *       ─▶ Spool.head(window) ─▶ js.publish(...) for each, concurrently, each awaiting its PubAck
+ *       ─▶ Spool.head(window) ─▶ for a record with uploads: ObjectStore.putBlob of each sidecar into
+ *          ATL_PAYLOADS_<tenant> (skipped when the object is there with that size and digest), in order
+ *       ─▶ js.publish(...) for each, concurrently, each awaiting its PubAck
  *       ─▶ Spool.ack(acked prefix) ─▶ on a failure: capped exponential backoff with jitter, window 1
  *          until a publish succeeds again (so a refused event is not overtaken by its successors)
  *
@@ -16,10 +21,12 @@
 
 import { connect, headers as natsHeaders, type NatsConnection, type ConnectionOptions } from "@nats-io/transport-node";
 import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
+import { Objm, type ObjectStore } from "@nats-io/obj";
 
 import { EventBuilder, type CloudEvent, type Invocation, type Tool, toolDeclaration } from "./events.js";
 import { InvocationScope, type InvocationOptions } from "./invocation.js";
-import { Spool, type FsyncPolicy, type FullPolicy, type Message } from "./spool.js";
+import { Spool, SpoolError, type FsyncPolicy, type FullPolicy, type Message } from "./spool.js";
+import { DEFAULT_UPLOAD_THRESHOLD, bucketOf, extract } from "./uploads.js";
 import { InvalidEvent, binaryMessage } from "./wire.js";
 
 /** The stream producers publish to (DESIGN.md §2); the expected-stream header makes a publish that a
@@ -56,6 +63,11 @@ export interface ProducerOptions {
   blockTimeoutMs?: number;
   /** Default `DEFAULT_MAX_EVENT_BYTES`. */
   maxEventBytes?: number;
+  /** A value in `data` whose JSON is over this many bytes (default 256 KiB), and whatever else keeps
+   * an event over `maxEventBytes`, travels through the tenant's payload bucket `ATL_PAYLOADS_<tenant>`
+   * and the event references it (`{"$upload": …}`). `null` turns uploads off: events over
+   * `maxEventBytes` are refused. */
+  uploadThresholdBytes?: number | null;
   /** How long one publish waits for its PubAck (default 5,000). */
   publishTimeoutMs?: number;
   /** Publishes in flight at once (default 64). */
@@ -75,8 +87,10 @@ export interface ProducerMetrics {
   queued: number;
   /** Events acked by ATL_INBOUND since this producer started. */
   sent: number;
-  /** Publish attempts that failed and were (or will be) retried. */
+  /** Publish or upload attempts that failed and were (or will be) retried. */
   retried: number;
+  /** Objects put into the payload bucket since this producer started. */
+  uploaded: number;
   /** Seconds since the oldest queued event was emitted (0 when the spool is drained). */
   oldestAge: number;
   /** Bytes of spool segments on disk. */
@@ -98,12 +112,18 @@ export class Producer {
   readonly servers: string[];
   /** Events acked by ATL_INBOUND since this producer started. */
   sent = 0;
-  /** Publish attempts that failed and were retried. */
+  /** Publish or upload attempts that failed and were retried. */
   retried = 0;
+  /** Objects put into the payload bucket since start. */
+  uploaded = 0;
+  /** `ATL_PAYLOADS_<tenant>`: where this producer's large values go. */
+  readonly bucket: string;
   /** The last publish or connect error, for operators. */
   lastError: string | undefined;
 
   readonly #maxEventBytes: number;
+  readonly #uploadThreshold: number | null;
+  #stores = new Map<string, ObjectStore>();
   readonly #publishTimeoutMs: number;
   readonly #maxInFlight: number;
   readonly #backoffInitialMs: number;
@@ -131,6 +151,8 @@ export class Producer {
     const servers = options.servers ?? "nats://127.0.0.1:4222";
     this.servers = typeof servers === "string" ? [servers] : [...servers];
     this.#maxEventBytes = options.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
+    this.#uploadThreshold = options.uploadThresholdBytes === undefined ? DEFAULT_UPLOAD_THRESHOLD : options.uploadThresholdBytes;
+    this.bucket = bucketOf(this.tenant);
     this.#publishTimeoutMs = options.publishTimeoutMs ?? 5000;
     this.#maxInFlight = Math.max(1, options.maxInFlight ?? 64);
     this.#backoffInitialMs = options.backoffInitialMs ?? 100;
@@ -154,12 +176,13 @@ export class Producer {
     return oldest === undefined ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
   }
 
-  /** `queued`, `sent`, `retried`, `oldestAge`, `spoolBytes` and `recovered` at once. */
+  /** `queued`, `sent`, `retried`, `uploaded`, `oldestAge`, `spoolBytes` and `recovered` at once. */
   metrics(): ProducerMetrics {
     return {
       queued: this.queued,
       sent: this.sent,
       retried: this.retried,
+      uploaded: this.uploaded,
       oldestAge: this.oldestAge,
       spoolBytes: this.spool.usedBytes,
       recovered: this.spool.recovered,
@@ -178,16 +201,38 @@ export class Producer {
     if (event.tenant !== this.tenant) {
       throw new InvalidEvent(`event tenant ${JSON.stringify(event.tenant)} is not this producer's ${JSON.stringify(this.tenant)}`);
     }
-    const { subject, headers, body } = binaryMessage(event);
-    let size = body.length;
-    for (const [name, value] of Object.entries(headers)) size += name.length + value.length + 4;
+    const { subject, headers, body: encoded } = binaryMessage(event);
+    let body = encoded;
+    let headerBytes = 0;
+    for (const [name, value] of Object.entries(headers)) headerBytes += name.length + value.length + 4;
+    const threshold = this.#uploadThreshold;
+    let moved: ReturnType<typeof extract>["uploads"] = [];
+    // A body within the threshold has no value over it: small events skip the walk.
+    if (threshold !== null && (body.length > threshold || body.length + headerBytes > this.#maxEventBytes)) {
+      const extracted = extract(JSON.parse(body.toString("utf8")), {
+        eventId: event.id,
+        bucket: this.bucket,
+        threshold,
+        budget: this.#maxEventBytes - headerBytes,
+      });
+      moved = extracted.uploads;
+      if (moved.length > 0) {
+        body = Buffer.from(JSON.stringify(extracted.data), "utf8");
+      }
+    }
+    const size = body.length + headerBytes;
     if (size > this.#maxEventBytes) {
       throw new InvalidEvent(
         `event ${event.id} is ${size} bytes, over maxEventBytes ${this.#maxEventBytes}: ` +
           "upload large values to the tenant's payload bucket and reference them",
       );
     }
-    await this.spool.append({ subject, headers, body, emittedAtMs: Date.now() });
+    const message: Message = { subject, headers, body, emittedAtMs: Date.now() };
+    if (moved.length > 0) message.uploads = moved.map((m) => m.upload);
+    await this.spool.append(
+      message,
+      moved.map((m) => m.content),
+    );
     this.#wakeIdle?.();
     return event.id;
   }
@@ -265,6 +310,7 @@ export class Producer {
           }
           if (this.#stopping) break;
           js = jetstream(this.#nc, { timeout: this.#publishTimeoutMs });
+          this.#stores = new Map();
         }
         let batch: Message[];
         try {
@@ -281,7 +327,25 @@ export class Producer {
           continue;
         }
         const client = js as JetStreamClient;
-        const results = await Promise.allSettled(batch.map((m) => this.#publish(client, m)));
+        // Uploads first, in order: a record is published only once its objects are in the bucket; at
+        // the first that fails, only the records before it go out.
+        let ready = batch.length;
+        let uploadError: unknown;
+        const ackedBefore = new Set<number>();
+        for (let i = 0; i < batch.length; i++) {
+          if ((batch[i] as Message).uploads?.length) {
+            try {
+              if (!(await this.#putUploads(client, batch[i] as Message))) ackedBefore.add(i);
+            } catch (e) {
+              ready = i;
+              uploadError = e;
+              break;
+            }
+          }
+        }
+        const results = await Promise.allSettled(
+          batch.slice(0, ready).map((m, i) => (ackedBefore.has(i) ? Promise.resolve() : this.#publish(client, m))),
+        );
         let ok = 0;
         for (const result of results) {
           if (result.status === "rejected") break;
@@ -291,7 +355,7 @@ export class Producer {
         this.sent += ok;
         if (ok < batch.length) {
           this.retried += batch.length - ok;
-          this.lastError = String((results[ok] as PromiseRejectedResult).reason);
+          this.lastError = String(ok < ready ? (results[ok] as PromiseRejectedResult).reason : uploadError);
           window = 1;
           await this.#sleep(backoff);
           backoff = this.#nextBackoff(backoff);
@@ -319,6 +383,48 @@ export class Producer {
       expect: { streamName: INBOUND_STREAM },
       timeout: this.#publishTimeoutMs,
     });
+  }
+
+  async #store(js: JetStreamClient, bucket: string): Promise<ObjectStore> {
+    let store = this.#stores.get(bucket);
+    if (store === undefined) {
+      store = await new Objm(js).open(bucket);
+      this.#stores.set(bucket, store);
+    }
+    return store;
+  }
+
+  /**
+   * Puts each upload of `message` into its bucket unless the object is already there with the same
+   * size and digest (a retry, or a restart after a put whose record was not acked). False when the
+   * record was acked before: a sidecar is missing and its object is not in the bucket. Sidecars are
+   * durable before their record and deleted only after its ack, so that happens only when a power loss
+   * or a damaged `ack` file brought acked records back (spool.md, Uploads); such a record is counted
+   * acked, not published with a reference to nothing.
+   */
+  async #putUploads(js: JetStreamClient, message: Message): Promise<boolean> {
+    for (const upload of message.uploads ?? []) {
+      const store = await this.#store(js, upload.bucket);
+      const info = await store.info(upload.name);
+      const present = info !== null && !info.deleted;
+      if (!present && !this.spool.hasUpload(upload)) {
+        process.emitWarning(
+          `toolledger-producer: spool ${this.spool.directory}: sidecar of ${upload.name} is gone and the object ` +
+            `is not in ${upload.bucket}: the record was acked before its ack position was lost; not sent again`,
+        );
+        return false;
+      }
+      if (present && info.size === upload.size && digestHex(info.digest) === upload.sha256) {
+        continue;
+      }
+      const content = await this.spool.readUpload(upload);
+      const put = await store.putBlob({ name: upload.name }, content);
+      if (digestHex(put.digest) !== upload.sha256) {
+        throw new SpoolError(`object ${upload.name} in ${upload.bucket} has digest ${put.digest}, not sha256 ${upload.sha256}`);
+      }
+      this.uploaded += 1;
+    }
+    return true;
   }
 
   #nextBackoff(backoff: number): number {
@@ -372,4 +478,10 @@ export class Producer {
     this.spool.close();
     return drained;
   }
+}
+
+/** The hex SHA-256 of an object store digest (`SHA-256=<base64url>`), or "" for another kind. */
+function digestHex(digest: string): string {
+  if (!digest.startsWith("SHA-256=")) return "";
+  return Buffer.from(digest.slice("SHA-256=".length), "base64url").toString("hex");
 }

@@ -13,6 +13,13 @@
  *     open  ─▶ lock ─▶ read `ack` ─▶ delete acked segments ─▶ scan the rest (a torn or corrupt tail is
  *              truncated: it was never reported durable) ─▶ rebuild the index ─▶ a fresh active segment
  *
+ * Uploads (values too large for a NATS message, see `uploads.ts`; spool.md, "Uploads"): `append` first
+ * writes each value's bytes to a sidecar file `uploads/<random hex>` and fdatasyncs it and the
+ * directory, then appends the record, whose meta names the sidecars. The sender puts them into the
+ * tenant's payload bucket before it publishes the record; they are deleted when the record is acked. A
+ * sidecar no unacked record names (emit crashed before its record, or the spool crashed between an ack
+ * and the deletion) is deleted at open. Sidecar bytes count toward `maxBytes`.
+ *
  * The directory is 0700 and every file 0600: records hold events before ingest scrubs them, so raw
  * secrets.
  *
@@ -32,6 +39,7 @@
  */
 
 import { spawnSync } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import zlib from "node:zlib";
@@ -63,12 +71,40 @@ export class SpoolFull extends SpoolError {
   override name = "SpoolFull";
 }
 
-/** What goes on the wire for one event. */
+/** The subdirectory holding upload sidecars. */
+export const UPLOADS_DIR = "uploads";
+
+/**
+ * One value of an event that travels through the tenant's payload bucket: the object `name` in
+ * `bucket`, with the `sha256`, `size` and `contentType` of the event's `{"$upload": …}` reference.
+ * `file` is its sidecar, relative to the spool directory; the spool sets it in `append`.
+ */
+export interface Upload {
+  bucket: string;
+  name: string;
+  /** 64 lowercase hex. */
+  sha256: string;
+  size: number;
+  contentType: string;
+  file: string;
+}
+
+/** What goes on the wire for one event, and the uploads that must be in the bucket first. */
 export interface Message {
   subject: string;
   headers: Record<string, string>;
   body: Buffer;
   emittedAtMs: number;
+  /** Absent or empty: a record without uploads. */
+  uploads?: Upload[];
+}
+
+/** A record ready to append, with its sidecars' paths and bytes. */
+interface Pending {
+  record: Buffer;
+  emittedAtMs: number;
+  sidecars: [string, Buffer][];
+  sidecarBytes: number;
 }
 
 interface Entry {
@@ -76,6 +112,39 @@ interface Entry {
   start: number;
   end: number;
   emittedAtMs: number;
+  /** The sidecars of the record's uploads (relative paths) and their sizes. */
+  sidecars?: [string, number][];
+}
+
+interface UploadMeta {
+  file: string;
+  bucket: string;
+  name: string;
+  sha256: string;
+  size: number;
+  content_type: string;
+}
+
+function uploadOf(meta: UploadMeta): Upload {
+  return {
+    bucket: String(meta.bucket),
+    name: String(meta.name),
+    sha256: String(meta.sha256),
+    size: Math.trunc(Number(meta.size)),
+    contentType: String(meta.content_type),
+    file: String(meta.file),
+  };
+}
+
+function sidecarsOf(meta: { uploads?: UploadMeta[] }): [string, number][] | undefined {
+  if (!Array.isArray(meta.uploads) || meta.uploads.length === 0) return undefined;
+  return meta.uploads.map((u) => [String(u.file), Math.trunc(Number(u.size))]);
+}
+
+/** A fresh sidecar path: random, so two records never share one (the same event emitted twice gets
+ * two), and deleting one record's sidecars never touches another's. */
+function newSidecarName(): string {
+  return `${UPLOADS_DIR}/${randomBytes(16).toString("hex")}`;
 }
 
 const CRC_TABLE = (() => {
@@ -106,10 +175,22 @@ export function crc32(data: Uint8Array, crc = 0): number {
 
 /** A record's bytes: frame, then `u32 meta length ‖ meta JSON ‖ body` (spool.md, "Segment"). */
 export function encodeRecord(message: Message): Buffer {
-  const meta = Buffer.from(
-    JSON.stringify({ subject: message.subject, headers: message.headers, emitted_at_ms: message.emittedAtMs }),
-    "utf8",
-  );
+  const metaObject: Record<string, unknown> = {
+    subject: message.subject,
+    headers: message.headers,
+    emitted_at_ms: message.emittedAtMs,
+  };
+  if (message.uploads !== undefined && message.uploads.length > 0) {
+    metaObject.uploads = message.uploads.map((u) => ({
+      file: u.file,
+      bucket: u.bucket,
+      name: u.name,
+      sha256: u.sha256,
+      size: u.size,
+      content_type: u.contentType,
+    }));
+  }
+  const meta = Buffer.from(JSON.stringify(metaObject), "utf8");
   const payload = Buffer.alloc(4 + meta.length + message.body.length);
   payload.writeUInt32BE(meta.length, 0);
   meta.copy(payload, 4);
@@ -127,13 +208,18 @@ export function decodePayload(payload: Buffer): Message {
     subject: string;
     headers: Record<string, string>;
     emitted_at_ms: number;
+    uploads?: UploadMeta[];
   };
-  return {
+  const message: Message = {
     subject: meta.subject,
     headers: meta.headers,
     body: Buffer.from(payload.subarray(4 + metaLength)),
     emittedAtMs: Math.trunc(Number(meta.emitted_at_ms)),
   };
+  if (Array.isArray(meta.uploads) && meta.uploads.length > 0) {
+    message.uploads = meta.uploads.map(uploadOf);
+  }
+  return message;
 }
 
 function checkFrame(frame: Buffer, payload: Buffer): boolean {
@@ -208,6 +294,8 @@ export class Spool {
   #sizes = new Map<number, number>();
   /** The highest segment number found at open (0: none). */
   #seen = 0;
+  /** Bytes of the sidecars of unacked records. */
+  #sidecarBytes = 0;
   #readers = new Map<number, number>();
   #ack: [number, number];
   #active: number;
@@ -252,6 +340,7 @@ export class Spool {
     try {
       this.#ack = this.#readAck();
       this.#recover();
+      this.#removeOrphanSidecars();
       this.recovered = this.#index.length;
       // Above every segment found at open, set-aside ones included: numbers are never reused.
       this.#active = Math.max(this.#ack[0], this.#seen) + 1;
@@ -346,20 +435,56 @@ export class Spool {
           const metaLength = data.readUInt32BE(offset + FRAME_BYTES);
           const metaStart = offset + FRAME_BYTES + 4;
           let emitted = 0;
+          let sidecars: [string, number][] | undefined;
           try {
             const meta = JSON.parse(data.subarray(metaStart, metaStart + metaLength).toString("utf8")) as {
               emitted_at_ms?: number;
+              uploads?: UploadMeta[];
             };
             emitted = Math.trunc(Number(meta.emitted_at_ms ?? 0));
+            sidecars = sidecarsOf(meta);
           } catch {
             emitted = 0; // the CRC held, so the writer wrote it so; the sender still sends it
           }
-          this.#index.push({ segment: number, start: offset, end, emittedAtMs: emitted });
+          const entry: Entry = { segment: number, start: offset, end, emittedAtMs: emitted };
+          if (sidecars !== undefined) entry.sidecars = sidecars;
+          this.#index.push(entry);
         }
         offset = end;
       }
       this.#sizes.set(number, offset);
     }
+  }
+
+  /** Deletes every sidecar no unacked record names: emit crashed after writing it and before its
+   * record (the event was never reported emitted), or a crash fell between an ack and the deletion. */
+  #removeOrphanSidecars(): void {
+    const live = new Map<string, number>();
+    for (const entry of this.#index) {
+      for (const [file, size] of entry.sidecars ?? []) live.set(file, size);
+    }
+    const uploads = this.#path(UPLOADS_DIR);
+    let names: string[] = [];
+    try {
+      names = fs.readdirSync(uploads);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+    }
+    for (const name of names) {
+      if (!live.has(`${UPLOADS_DIR}/${name}`)) {
+        fs.unlinkSync(path.join(uploads, name));
+      }
+    }
+    let sum = 0;
+    for (const [file, size] of live) {
+      if (!fs.existsSync(this.#path(file))) {
+        // Never by an SDK: a sidecar is durable before its record is written. The sender keeps
+        // retrying the record (its object may already be in the bucket) and reports the error.
+        process.emitWarning(`spool ${this.directory}: upload sidecar ${file} of an unacked record is missing`);
+      }
+      sum += size;
+    }
+    this.#sidecarBytes = sum;
   }
 
   #createSegment(number: number): number {
@@ -382,9 +507,9 @@ export class Spool {
 
   // ── writing ────────────────────────────────────────────────────────────────────────────────────
 
-  /** Bytes of segment files on disk. */
+  /** Bytes of segment files and upload sidecars on disk. */
   get usedBytes(): number {
-    let sum = 0;
+    let sum = this.#sidecarBytes;
     for (const size of this.#sizes.values()) sum += size;
     return sum;
   }
@@ -392,19 +517,36 @@ export class Spool {
   /**
    * Appends one record; resolves once it is written and, under `every_event`, fdatasync'ed. Rejects
    * with `SpoolFull` by the full policy. Appends are stored in call order, also while one waits for
-   * room.
+   * room. `contents` are the bytes of `message.uploads`, in order: each goes to a sidecar that is
+   * fdatasync'ed (under both policies), and the directory fsync'ed, before the record is written.
    */
-  append(message: Message): Promise<void> {
-    const record = encodeRecord(message);
-    if (record.length + SEGMENT_MAGIC.length > Math.min(this.maxBytes, MAX_RECORD)) {
+  append(message: Message, contents: readonly Buffer[] = []): Promise<void> {
+    const uploads = message.uploads ?? [];
+    if (contents.length !== uploads.length) {
+      return Promise.reject(new RangeError("one content per upload"));
+    }
+    let sidecarBytes = 0;
+    for (const content of contents) sidecarBytes += content.length;
+    if (contents.length > 0) {
+      message = { ...message, uploads: uploads.map((u) => ({ ...u, file: newSidecarName() })) };
+    }
+    const pending: Pending = {
+      record: encodeRecord(message),
+      emittedAtMs: message.emittedAtMs,
+      sidecars: (message.uploads ?? []).map((u, i) => [u.file, contents[i] as Buffer]),
+      sidecarBytes,
+    };
+    const record = pending.record;
+    const needed = record.length + sidecarBytes;
+    if (record.length + SEGMENT_MAGIC.length > MAX_RECORD || needed + SEGMENT_MAGIC.length > this.maxBytes) {
       return Promise.reject(
-        new SpoolFull(`an event of ${record.length} bytes can never fit a spool of ${this.maxBytes} bytes`),
+        new SpoolFull(`an event of ${needed} bytes can never fit a spool of ${this.maxBytes} bytes`),
       );
     }
     // Fast path: nobody waiting for room, and room now. The write happens before this returns.
     if (this.#spaceWaiters.length === 0 && this.#blockedCount === 0) {
       try {
-        if (this.#tryAppend(record, message.emittedAtMs)) {
+        if (this.#tryAppend(pending)) {
           return Promise.resolve();
         }
       } catch (e) {
@@ -418,7 +560,7 @@ export class Spool {
     }
     // Blocked: queue behind earlier blocked appends, so the spool keeps call order.
     this.#blockedCount++;
-    const turn = this.#blocked.then(() => this.#appendBlocking(record, message.emittedAtMs));
+    const turn = this.#blocked.then(() => this.#appendBlocking(pending));
     this.#blocked = turn.catch(() => undefined);
     return turn.finally(() => {
       this.#blockedCount--;
@@ -427,10 +569,10 @@ export class Spool {
 
   #blockedCount = 0;
 
-  async #appendBlocking(record: Buffer, emittedAtMs: number): Promise<void> {
+  async #appendBlocking(pending: Pending): Promise<void> {
     const deadline = Date.now() + this.blockTimeoutMs;
     for (;;) {
-      if (this.#tryAppend(record, emittedAtMs)) {
+      if (this.#tryAppend(pending)) {
         return;
       }
       const left = deadline - Date.now();
@@ -457,11 +599,12 @@ export class Spool {
   }
 
   /** Appends when there is room (rolling a fully acked active segment to make some); false when full. */
-  #tryAppend(record: Buffer, emittedAtMs: number): boolean {
+  #tryAppend(pending: Pending): boolean {
+    const { record, emittedAtMs } = pending;
     if (this.#closed) {
       throw new SpoolError("spool is closed");
     }
-    while (this.usedBytes + record.length > this.maxBytes) {
+    while (this.usedBytes + record.length + pending.sidecarBytes > this.maxBytes) {
       if (this.#activeFullyAcked() && this.#size(this.#active) > SEGMENT_MAGIC.length) {
         this.#roll();
         continue;
@@ -474,19 +617,92 @@ export class Spool {
     ) {
       this.#roll();
     }
+    let sidecars: [string, number][] | undefined;
+    if (pending.sidecars.length > 0) {
+      this.#writeSidecars(pending.sidecars);
+      sidecars = pending.sidecars.map(([file, content]) => [file, content.length]);
+    }
     const start = this.#size(this.#active);
     let written = 0;
     while (written < record.length) {
       written += fs.writeSync(this.#fd, record, written, record.length - written);
     }
     this.#sizes.set(this.#active, start + record.length);
-    this.#index.push({ segment: this.#active, start, end: start + record.length, emittedAtMs });
+    this.#sidecarBytes += pending.sidecarBytes;
+    const entry: Entry = { segment: this.#active, start, end: start + record.length, emittedAtMs };
+    if (sidecars !== undefined) entry.sidecars = sidecars;
+    this.#index.push(entry);
     if (this.fsync === "every_event") {
       fs.fdatasyncSync(this.#fd);
     } else {
       this.#dirty = true;
     }
     return true;
+  }
+
+  /** Writes each upload's bytes to its sidecar and makes files and names durable before the record
+   * that names them exists: a record on disk never names a sidecar a crash could lose. On a failure
+   * the sidecars written so far are removed (the record is not written; the event was not emitted). */
+  #writeSidecars(sidecars: [string, Buffer][]): void {
+    const uploads = this.#path(UPLOADS_DIR);
+    if (!fs.existsSync(uploads)) {
+      fs.mkdirSync(uploads, { recursive: true, mode: 0o700 });
+      fs.chmodSync(uploads, 0o700);
+      this.#syncDir();
+    }
+    const done: string[] = [];
+    try {
+      for (const [file, content] of sidecars) {
+        const fd = fs.openSync(this.#path(file), O_WRONLY | O_CREAT | O_EXCL, 0o600);
+        done.push(file);
+        try {
+          let written = 0;
+          while (written < content.length) {
+            written += fs.writeSync(fd, content, written, content.length - written);
+          }
+          fs.fdatasyncSync(fd);
+        } finally {
+          fs.closeSync(fd);
+        }
+      }
+      const fd = fs.openSync(uploads, O_RDONLY | O_DIRECTORY);
+      try {
+        fs.fsyncSync(fd);
+      } finally {
+        fs.closeSync(fd);
+      }
+    } catch (e) {
+      for (const file of done) {
+        try {
+          fs.unlinkSync(this.#path(file));
+        } catch {
+          // the next open removes it as an orphan
+        }
+      }
+      throw e;
+    }
+  }
+
+  /** Whether `upload`'s sidecar is on disk. */
+  hasUpload(upload: Upload): boolean {
+    return fs.existsSync(this.#path(upload.file));
+  }
+
+  /** The bytes of `upload`'s sidecar, checked against its size and SHA-256. */
+  async readUpload(upload: Upload): Promise<Buffer> {
+    let content: Buffer;
+    try {
+      content = await fs.promises.readFile(this.#path(upload.file));
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") {
+        throw new SpoolError(`spool ${this.directory}: upload sidecar ${upload.file} of ${upload.name} is missing`);
+      }
+      throw e;
+    }
+    if (content.length !== upload.size || createHash("sha256").update(content).digest("hex") !== upload.sha256) {
+      throw new SpoolError(`spool ${this.directory}: upload sidecar ${upload.file} of ${upload.name} is corrupt`);
+    }
+    return content;
   }
 
   #size(segment: number): number {
@@ -558,6 +774,10 @@ export class Spool {
     if (count > this.queued) {
       throw new RangeError(`ack of ${count} records, ${this.queued} queued`);
     }
+    const acked: [string, number][] = [];
+    for (let i = this.#head; i < this.#head + count; i++) {
+      for (const sidecar of (this.#index[i] as Entry).sidecars ?? []) acked.push(sidecar);
+    }
     this.#head += count;
     const last = this.#index[this.#head - 1] as Entry;
     if (this.#head > 1024 && this.#head * 2 > this.#index.length) {
@@ -580,6 +800,17 @@ export class Spool {
     // Not fsynced: an ack position lost in a crash only resends events the ledger has (duplicates,
     // dropped by ingest); the records themselves are what must not be lost.
     fs.renameSync(tmp, this.#path("ack"));
+    // After the ack position: a crash in between leaves sidecars no unacked record names, which the
+    // next open deletes.
+    for (const [file, size] of acked) {
+      try {
+        fs.unlinkSync(this.#path(file));
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+      }
+      this.#sidecarBytes -= size;
+    }
+    if (acked.length > 0) this.#wakeSpace();
     this.#compact();
     if (this.queued === 0) {
       this.#wakeDrained();
@@ -607,6 +838,10 @@ export class Spool {
       if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
     }
     this.#sizes.delete(number);
+    this.#wakeSpace();
+  }
+
+  #wakeSpace(): void {
     const waiters = this.#spaceWaiters;
     this.#spaceWaiters = [];
     for (const waiter of waiters) waiter.resolve();

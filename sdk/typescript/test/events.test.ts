@@ -62,10 +62,14 @@ test("what ingest would refuse is refused at emit", async () => {
   for (const [what, snapshot] of bad) {
     await assert.rejects(p.emit(b.invocation("tool.invocation.planned", snapshot as never)), InvalidEvent, what);
   }
+  // Too large, with uploads off (by default the value would go to the payload bucket).
+  const q = new Producer({ tenant: "acme", spoolDir: fs.mkdtempSync(path.join(os.tmpdir(), "tlp-events-")), start: false, uploadThresholdBytes: null });
   await assert.rejects(
-    p.emit(b.invocation("tool.invocation.planned", { invocation_id: "inv-huge", tool_id: "t", model_input: "x".repeat(2 << 20) })),
+    q.emit(q.events.invocation("tool.invocation.planned", { invocation_id: "inv-huge", tool_id: "t", model_input: "x".repeat(2 << 20) })),
     InvalidEvent,
   );
+  assert.equal(q.queued, 0, "a refused event reached the spool");
+  await q.close(0);
   assert.throws(() => new EventBuilder("_system", "urn:x"), InvalidEvent);
   assert.equal(p.queued, 0, "a refused event reached the spool");
   await p.close(0);
