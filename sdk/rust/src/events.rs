@@ -684,6 +684,27 @@ pub struct TraceContext {
 }
 
 impl TraceContext {
+    /// The trace context of the ambient OpenTelemetry span (`opentelemetry::Context::current()`),
+    /// when there is a valid one. Feature `opentelemetry`; events take it when neither their stamp
+    /// nor the builder has a trace context.
+    #[cfg(feature = "opentelemetry")]
+    pub fn current() -> Option<Self> {
+        use opentelemetry::trace::TraceContextExt as _;
+        let context = opentelemetry::Context::current();
+        let span = context.span();
+        let span = span.span_context();
+        if !span.is_valid() {
+            return None;
+        }
+        let traceparent = format!(
+            "00-{}-{}-{:02x}",
+            span.trace_id(),
+            span.span_id(),
+            span.trace_flags().to_u8()
+        );
+        Self::new(traceparent, Some(span.trace_state().header())).ok()
+    }
+
     /// Checks `traceparent` (`<version>-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, ids not
     /// all zero, version not `ff`) and keeps `tracestate` as given (empty means none).
     pub fn new(traceparent: impl Into<String>, tracestate: Option<String>) -> Result<Self> {
@@ -931,7 +952,11 @@ impl EventBuilder {
         } else {
             (text("invocation_id"), text("tool_id"))
         };
-        let trace = stamp.trace.as_ref().or(self.trace.as_ref());
+        #[cfg(feature = "opentelemetry")]
+        let ambient = TraceContext::current();
+        #[cfg(not(feature = "opentelemetry"))]
+        let ambient: Option<TraceContext> = None;
+        let trace = stamp.trace.as_ref().or(self.trace.as_ref()).or(ambient.as_ref());
         Event {
             id,
             source: self.source.clone(),
@@ -1178,6 +1203,51 @@ mod tests {
 
     fn builder() -> EventBuilder {
         EventBuilder::new("acme", SOURCE).unwrap()
+    }
+
+    #[cfg(feature = "opentelemetry")]
+    #[test]
+    fn events_take_the_ambient_opentelemetry_span_unless_given_one() {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState,
+        };
+        let b = builder();
+        let started = |stamp: &Stamp| {
+            b.invocation(InvocationClass::Started, &Invocation::new("inv-1", "t"), stamp)
+                .unwrap()
+        };
+        assert_eq!(
+            started(&Stamp::default()).traceparent,
+            None,
+            "no span, no context"
+        );
+        let span = SpanContext::new(
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::from_key_value([("vendor", "v1")]).unwrap(),
+        );
+        let _attached = opentelemetry::Context::current()
+            .with_remote_span_context(span)
+            .attach();
+        let event = started(&Stamp::default());
+        assert_eq!(
+            event.traceparent.as_deref(),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
+        assert_eq!(event.tracestate.as_deref(), Some("vendor=v1"));
+        // A stamp's own context wins; a declaration carries none.
+        let own = TraceContext::new("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", None).unwrap();
+        let stamped = started(&Stamp {
+            trace: Some(own),
+            ..Stamp::default()
+        });
+        assert_eq!(
+            stamped.traceparent.as_deref(),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
+        );
+        assert_eq!(b.tool_declared(&Tool::new("t", "t"), None).traceparent, None);
     }
 
     // Golden values below come from the Python SDK (`toolledger_producer.events`) run on the same

@@ -36,9 +36,9 @@
 //! published to ATL_INBOUND; in between it lives only in the spool directory, 0700 with 0600 files,
 //! because records hold events before ingest scrubs them.
 //!
-//! W3C trace context is explicit: pass a [`TraceContext`] (from your OpenTelemetry propagator or an
-//! incoming `traceparent` header) to [`EventBuilder::with_trace`], [`Stamp`] or [`InvocationOptions`].
-//! The crate does not depend on `opentelemetry`, so it follows no particular version of it.
+//! W3C trace context: pass a [`TraceContext`] (from your OpenTelemetry propagator or an incoming
+//! `traceparent` header) to [`EventBuilder::with_trace`], [`Stamp`] or [`InvocationOptions`]; with the
+//! `opentelemetry` feature, events given none carry the ambient span's (`TraceContext::current`).
 #![warn(missing_docs)]
 
 pub mod events;
