@@ -16,16 +16,13 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use toolledger_testkit::{ChildProcess, NatsFixture, python, workspace_root};
-use toolledger_wire::LedgerEntry;
+use toolledger_testkit::{python, workspace_root};
 
-use crate::fixture::{Rng, fault_seed};
 use crate::producers::{
-    CYCLES, Ledger, UNREACHABLE, assert_exactly_once, assert_fdatasync_before_emit_returns, emitted,
-    official_for,
+    Driver, KillCycles, LARGE_RESULT, OfflineUpload, UNREACHABLE, emitted, fsync_check, kill_cycles,
+    official_for, outage, pending_uploads, sidecars, upload_names,
 };
 use crate::toolledger;
 
@@ -58,23 +55,9 @@ fn producer_run() -> PathBuf {
     })
 }
 
-fn producer(args: &[&str]) -> ChildProcess {
-    ChildProcess::spawn(&producer_run(), args, &[])
-}
-
-/// Runs `producer_run` to completion; returns its stdout.
-fn run(args: &[&str]) -> String {
-    let output = std::process::Command::new(producer_run())
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "producer_run {args:?} failed\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+/// `producer_run` as a [`Driver`].
+fn driver() -> Driver {
+    Driver::new("producer_run", producer_run(), Vec::new(), Vec::new())
 }
 
 const PYTHON_READER: &str = r#"
@@ -97,7 +80,8 @@ fn sdk_rust_events_validate_and_the_python_sdk_reads_its_spool() {
     };
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("spool");
-    let events: Vec<Value> = run(&["everything", spool.to_str().unwrap()])
+    let events: Vec<Value> = driver()
+        .run(&["everything", spool.to_str().unwrap()])
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -190,451 +174,42 @@ fn sdk_rust_events_validate_and_the_python_sdk_reads_its_spool() {
 
 #[test]
 fn sdk_rust_producer_killed_at_random_moments_loses_and_duplicates_nothing() {
-    let seed = fault_seed();
-    println!("sdk rust kill seed {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
-    let mut delays = Rng(seed);
-    let mut ledger = Ledger::start();
-    let url = ledger.nats.url();
-    let dir = tempfile::tempdir().unwrap();
-    let spool = dir.path().join("spool");
-    let spool_arg = spool.to_str().unwrap();
-    let started = Instant::now();
-    let mut want = HashSet::new();
-    for cycle in 0..CYCLES {
-        // Every third producer cannot reach NATS: what it emitted waits in the spool for a later one.
-        let target = if cycle % 3 == 1 { UNREACHABLE } else { url.as_str() };
-        let prefix = format!("inv-rc{cycle}");
-        let mut child = producer(&["emit", target, spool_arg, "acme", &prefix]);
-        assert!(
-            child.wait_for_output("READY", Duration::from_secs(30)),
-            "seed {seed}: cycle {cycle}: producer did not start\n{}",
-            child.stderr()
-        );
-        std::thread::sleep(delays.between(50, 600));
-        child.kill9();
-        assert!(
-            !child.stderr().contains("panicked"),
-            "seed {seed}: {}",
-            child.stderr()
-        );
-        want.extend(emitted(&child.stdout()));
-    }
-    println!(
-        "{CYCLES} kill cycles in {:.1}s, {} events emitted",
-        started.elapsed().as_secs_f64(),
-        want.len()
-    );
-    assert!(
-        want.len() > CYCLES * 5,
-        "seed {seed}: producers emitted too little to test anything"
-    );
-
-    // A restart drains what the killed producers left.
-    let mut drain = producer(&["drain", &url, spool_arg, "acme", "--timeout", "90"]);
-    let status = drain.wait_timeout(Duration::from_secs(120)).expect("drain exits");
-    assert!(
-        status.success(),
-        "seed {seed}: {}\n{}",
-        drain.stdout(),
-        drain.stderr()
-    );
-    let metrics: Value =
-        serde_json::from_str(drain.stdout().trim().strip_prefix("DRAINED ").unwrap()).unwrap();
-    println!("drain: {metrics}");
-    assert!(
-        metrics["recovered"].as_u64().unwrap() > 0,
-        "seed {seed}: the restart found nothing to resume: {metrics}"
-    );
-    let (ids, receipts) = ledger.settled("acme", &want);
-    assert_exactly_once(seed, &ids, receipts, &want);
-    let left: Vec<_> = std::fs::read_dir(&spool)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
-        .collect();
-    assert!(
-        left.is_empty(),
-        "seed {seed}: acked segments left behind: {left:?}"
-    );
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(&spool).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o700, "the spool directory holds raw secrets");
-
-    // The other direction of the shared format: a spool the Python SDK wrote (offline), drained by
-    // the Rust SDK.
-    let py_spool = dir.path().join("python-spool");
-    let output = std::process::Command::new(python())
-        .arg(workspace_root().join("sdk/python/tests/producer_run.py"))
-        .args(["emit", UNREACHABLE, py_spool.to_str().unwrap(), "acme", "inv-py"])
-        .args(["--count", "5", "--flush-timeout", "0"])
-        .env("PYTHONPATH", workspace_root().join("sdk/python/src"))
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let python_ids: HashSet<String> = emitted(&String::from_utf8_lossy(&output.stdout))
-        .into_iter()
-        .collect();
-    assert_eq!(
-        python_ids.len(),
-        26,
-        "5 invocations of 5 events and one declaration"
-    );
-    let stdout = run(&[
-        "drain",
-        &url,
-        py_spool.to_str().unwrap(),
-        "acme",
-        "--timeout",
-        "60",
-    ]);
-    assert!(stdout.contains("\"recovered\":26"), "{stdout}");
-    want.extend(python_ids);
-    let (ids, receipts) = ledger.settled("acme", &want);
-    assert_exactly_once(seed, &ids, receipts, &want);
-    ledger.stop();
+    let sdk = KillCycles {
+        label: "sdk rust",
+        prefix: "inv-rc",
+        stderr_after_kill: |seed, stderr| {
+            assert!(!stderr.contains("panicked"), "seed {seed}: {stderr}");
+        },
+        ledger_stops_growing: false,
+    };
+    let driver = driver();
+    kill_cycles(&driver, &sdk).drain_a_python_spool(&driver);
 }
 
 #[test]
 fn sdk_rust_nothing_is_lost_while_nats_server_is_down() {
-    // The issue asks for 30 s; the default keeps the suite fast and exercises the same paths (publish
-    // timeouts against a frozen server, then a refused connection and a reconnect).
-    let outage: u64 = std::env::var("TOOLLEDGER_SDK_OUTAGE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(6);
-    let mut ledger = Ledger::start();
-    let url = ledger.nats.url();
-    let dir = tempfile::tempdir().unwrap();
-    let spool = dir.path().join("spool");
-    let rate = 20; // invocations/s, 5 events each: well under what every_event fsyncs allow
-    let count = (rate * (outage + 4)).to_string();
-    let mut child = producer(&[
-        "emit",
-        &url,
-        spool.to_str().unwrap(),
-        "acme",
-        "inv-outage",
-        "--count",
-        &count,
-        "--rate",
-        &rate.to_string(),
-    ]);
-    assert!(
-        child.wait_for_output("READY", Duration::from_secs(30)),
-        "{}",
-        child.stderr()
-    );
-    std::thread::sleep(Duration::from_secs(1));
-    let before = emitted(&child.stdout()).len();
-    ledger.nats.pause();
-    std::thread::sleep(Duration::from_secs(outage));
-    let during = emitted(&child.stdout()).len() - before;
-    ledger.nats.resume();
-    // Then a real stop and start: connections refused, the client reconnects.
-    ledger.nats.restart();
-    assert!(during > 0, "emit must not wait for NATS");
-    let status = child
-        .wait_timeout(Duration::from_secs(120))
-        .expect("the producer finishes");
-    assert!(status.success(), "{}\n{}", child.stdout(), child.stderr());
-    let stdout = child.stdout();
-    let done = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("DONE "))
-        .expect("DONE line");
-    let metrics: Value = serde_json::from_str(done).unwrap();
-    println!("outage {outage}s: {during} events emitted while the server was down; {metrics}");
-    assert!(
-        metrics["retried"].as_u64().unwrap() > 0,
-        "the outage was never felt: {metrics}"
-    );
-    assert_eq!(metrics["queued"], 0, "{metrics}");
-    let want: HashSet<String> = emitted(&stdout).into_iter().collect();
-    assert_eq!(want.len() as u64, 1 + 5 * (rate * (outage + 4)));
-    let (ids, receipts) = ledger.settled("acme", &want);
-    assert_exactly_once(0, &ids, receipts, &want);
-    ledger.stop();
+    outage(&driver(), true);
 }
 
 #[test]
 fn sdk_rust_every_event_policy_fdatasyncs_before_emit_returns() {
-    assert_fdatasync_before_emit_returns(|policy, spool| {
-        let mut command = std::process::Command::new(producer_run());
-        command
-            .args(["emit", UNREACHABLE, spool, "acme", "inv-trace"])
-            .args(["--count", "10", "--flush-timeout", "0", "--fsync", policy]);
-        command
-    });
-}
-
-/// `row 00000000\n`, `row 00000001\n`, … cut at `size` bytes: the text `producer_run upload` (and the
-/// Python SDK's `producer_run.py upload`) emits, written here on its own so the comparison does not
-/// trust the SDK.
-fn large_text(size: usize) -> Vec<u8> {
-    let mut text = Vec::with_capacity(size + 13);
-    let mut row = 0;
-    while text.len() < size {
-        text.extend_from_slice(format!("row {row:08}\n").as_bytes());
-        row += 1;
-    }
-    text.truncate(size);
-    text
-}
-
-/// A nats-server whose contract `init --tenant acme` made (so `ATL_PAYLOADS_acme` exists), with
-/// ingest running on a data directory of its own.
-struct PayloadLedger {
-    nats: NatsFixture,
-    ingest: ChildProcess,
-    data: tempfile::TempDir,
-}
-
-impl PayloadLedger {
-    fn start() -> Self {
-        let nats = NatsFixture::start();
-        let data = tempfile::tempdir().unwrap();
-        let url = nats.url();
-        let env = [
-            ("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap()),
-            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
-            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
-        ];
-        let mut init = ChildProcess::spawn(
-            toolledger(),
-            ["init", "--nats-url", &url, "--tenant", "acme"],
-            &env,
-        );
-        let status = init.wait_timeout(Duration::from_secs(60)).expect("init exits");
-        assert!(status.success(), "init failed\n{}", init.stderr());
-        let ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", &url], &env);
-        Self { nats, ingest, data }
-    }
-
-    /// The ledger's entries once `want` ids are all there (at most 60 s).
-    fn entries(&mut self, runtime: &tokio::runtime::Runtime, want: &HashSet<String>) -> Vec<LedgerEntry> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let entries: Vec<LedgerEntry> = runtime.block_on(async {
-                let js = async_nats::jetstream::new(async_nats::connect(self.nats.url()).await.unwrap());
-                let tail = toolledger_ledger::last_sequence(&js, toolledger_wire::streams::LEDGER)
-                    .await
-                    .unwrap();
-                if tail == 0 {
-                    return Vec::new();
-                }
-                toolledger_ledger::read_range(&js, toolledger_wire::streams::LEDGER, 1, tail)
-                    .await
-                    .unwrap()
-                    .into_iter()
-                    .map(|(_, bytes)| LedgerEntry::parse(&bytes).unwrap())
-                    .collect()
-            });
-            let have: HashSet<String> = entries.iter().map(|e| e.event.id().to_owned()).collect();
-            if want.is_subset(&have) {
-                return entries;
-            }
-            assert!(
-                self.ingest.try_status().is_none(),
-                "ingest exited\n{}",
-                self.ingest.stderr()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "{} of {} emitted events never reached the ledger\n{}",
-                want.difference(&have).count(),
-                want.len(),
-                self.ingest.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// The large result of the invocations whose ids are `want` is in the ledger behind a `$payload`
-    /// whose blob is `expected`; no `$upload` reached the ledger; each object named in `pending` is
-    /// gone from the bucket (ingest deletes it once the entry is in).
-    fn assert_uploaded(
-        &mut self,
-        runtime: &tokio::runtime::Runtime,
-        want: &HashSet<String>,
-        pending: &[Value],
-        expected: &[u8],
-    ) {
-        let entries = self.entries(runtime, want);
-        let store = toolledger_ledger::BlobStore::open(&format!(
-            "file://{}",
-            self.data.path().join("blobs").display()
-        ))
-        .unwrap();
-        let acme = toolledger_wire::Tenant::parse("acme").unwrap();
-        let result = entries
-            .iter()
-            .find(|e| e.event.ty() == "tool.result.created" && want.contains(e.event.id()))
-            .expect("the result is in the ledger");
-        let event = result.event_json();
-        assert!(
-            event["data"]["content"][0]["text"]["$payload"].is_object(),
-            "ingest replaced the $upload by a $payload: {}",
-            event["data"]["content"]
-        );
-        let payload = result
-            .ledger
-            .payload_refs
-            .iter()
-            .find(|p| p.path == "/data/content/0/text")
-            .expect("a payload ref for the text");
-        assert_eq!(payload.size, expected.len() as u64);
-        let content = runtime.block_on(store.fetch_verified(&acme, payload)).unwrap();
-        assert!(content.as_ref() == expected, "the blob is the text emitted");
-        for entry in entries.iter().filter(|e| want.contains(e.event.id())) {
-            let bytes = entry.canonical_bytes().unwrap();
-            assert!(
-                !bytes.windows(7).any(|w| w == b"$upload"),
-                "an upload reference reached the ledger: {}",
-                entry.event.id()
-            );
-        }
-        let url = self.nats.url();
-        runtime.block_on(async {
-            let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
-            let objects = js.get_object_store("ATL_PAYLOADS_acme").await.unwrap();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            for upload in pending {
-                let name = upload["name"].as_str().unwrap();
-                loop {
-                    let gone = objects.info(name).await.map_or(true, |info| info.deleted);
-                    if gone {
-                        break;
-                    }
-                    assert!(Instant::now() < deadline, "{name} still in the bucket");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        });
-    }
-}
-
-fn sidecars(spool: &Path) -> Vec<String> {
-    std::fs::read_dir(spool.join("uploads"))
-        .map(|dir| {
-            dir.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The `UPLOADS [...]` line of an `upload` run (either SDK's).
-fn pending_uploads(stdout: &str) -> Vec<Value> {
-    let pending: Value = serde_json::from_str(
-        stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("UPLOADS "))
-            .expect("UPLOADS line"),
-    )
-    .unwrap();
-    pending.as_array().unwrap().clone()
-}
-
-fn python_producer(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(python())
-        .arg(workspace_root().join("sdk/python/tests/producer_run.py"))
-        .args(args)
-        .env("PYTHONPATH", workspace_root().join("sdk/python/src"))
-        .output()
-        .unwrap()
+    fsync_check(&driver());
 }
 
 #[test]
 fn sdk_rust_large_result_emitted_offline_travels_through_the_payload_bucket() {
-    const SIZE: usize = 2 * 1024 * 1024;
-    let mut ledger = PayloadLedger::start();
-    let url = ledger.nats.url();
-    let spool_dir = tempfile::tempdir().unwrap();
-    let spool = spool_dir.path().join("spool");
-    let spool_arg = spool.to_str().unwrap();
-    let size = SIZE.to_string();
-    let expected = large_text(SIZE);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-
-    // Offline: emit must not need NATS; the value waits in a sidecar beside its record.
-    let mut child = producer(&[
-        "upload",
-        UNREACHABLE,
-        spool_arg,
-        "acme",
-        "inv-upload-1",
-        "--size",
-        &size,
-    ]);
-    let status = child
-        .wait_timeout(Duration::from_secs(30))
-        .expect("producer exits");
-    let stdout = child.stdout();
-    assert!(status.success(), "{stdout}\n{}", child.stderr());
-    let want: HashSet<String> = emitted(&stdout).into_iter().collect();
-    let pending = pending_uploads(&stdout);
-    assert!(!pending.is_empty(), "a 2 MiB result must be uploaded: {stdout}");
-    assert_eq!(
-        sidecars(&spool).len(),
-        pending.len(),
-        "one sidecar per pending upload"
-    );
-    // The segments as they are now, for the lost-ack replay below.
-    let saved: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&spool)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
-        .map(|e| (e.path(), std::fs::read(e.path()).unwrap()))
-        .collect();
-
-    // A restart with NATS reachable: the objects go into ATL_PAYLOADS_acme, then the events.
-    let mut drain = producer(&["drain", &url, spool_arg, "acme", "--timeout", "30"]);
-    let status = drain.wait_timeout(Duration::from_secs(40)).expect("drain exits");
-    assert!(status.success(), "{}\n{}", drain.stdout(), drain.stderr());
-    let metrics: Value =
-        serde_json::from_str(drain.stdout().trim().strip_prefix("DRAINED ").unwrap()).unwrap();
-    assert_eq!(
-        metrics["uploaded"].as_u64(),
-        Some(pending.len() as u64),
-        "{metrics}"
-    );
-    ledger.assert_uploaded(&runtime, &want, &pending, &expected);
-    assert_eq!(
-        sidecars(&spool),
-        Vec::<String>::new(),
-        "acked sidecars are deleted"
-    );
-
-    // A lost ack position (a power cut, a damaged `ack` file) brings the acked records back without
-    // their sidecars: the upload's record is counted acked, the rest are duplicates for the ledger to
-    // drop; nothing is quarantined for a missing upload and the spool does not get stuck.
-    let _ = std::fs::remove_file(spool.join("ack"));
-    for (path, bytes) in &saved {
-        std::fs::write(path, bytes).unwrap();
-    }
-    let mut again = producer(&["drain", &url, spool_arg, "acme", "--timeout", "20"]);
-    let status = again.wait_timeout(Duration::from_secs(30)).expect("drain exits");
-    assert!(status.success(), "{}\n{}", again.stdout(), again.stderr());
-    let metrics: Value =
-        serde_json::from_str(again.stdout().trim().strip_prefix("DRAINED ").unwrap()).unwrap();
-    assert_eq!(
-        metrics["recovered"].as_u64(),
-        Some(want.len() as u64),
-        "{metrics}"
-    );
-    assert_eq!(metrics["uploaded"].as_u64(), Some(0), "{metrics}");
+    let driver = driver();
+    let python = Driver::python();
+    let mut upload = OfflineUpload::emit(&driver, "inv-upload-1");
+    upload.drain_and_replay(&driver);
+    let url = upload.url.clone();
+    let size = LARGE_RESULT.to_string();
+    let want = upload.want.clone();
 
     // The shared format, both ways: a spool with uploads the Python SDK wrote offline is drained by
     // the Rust SDK, and one the Rust SDK wrote is drained by the Python SDK.
-    let py_spool = spool_dir.path().join("python-spool");
-    let output = python_producer(&[
+    let py_spool = upload.dir.path().join("python-spool");
+    let output = python.output(&[
         "upload",
         UNREACHABLE,
         py_spool.to_str().unwrap(),
@@ -652,7 +227,7 @@ fn sdk_rust_large_result_emitted_offline_travels_through_the_payload_bucket() {
     let py_want: HashSet<String> = emitted(&py_stdout).into_iter().collect();
     let py_pending = pending_uploads(&py_stdout);
     assert!(!py_pending.is_empty(), "{py_stdout}");
-    let stdout = run(&[
+    let stdout = driver.run(&[
         "drain",
         &url,
         py_spool.to_str().unwrap(),
@@ -664,11 +239,16 @@ fn sdk_rust_large_result_emitted_offline_travels_through_the_payload_bucket() {
         stdout.contains(&format!("\"uploaded\":{}", py_pending.len())),
         "{stdout}"
     );
-    ledger.assert_uploaded(&runtime, &py_want, &py_pending, &expected);
+    upload.ledger.assert_uploaded(
+        &upload.runtime,
+        &py_want,
+        LARGE_RESULT,
+        &upload_names(&py_pending),
+    );
     assert_eq!(sidecars(&py_spool), Vec::<String>::new());
 
-    let rs_spool = spool_dir.path().join("rust-spool");
-    let stdout = run(&[
+    let rs_spool = upload.dir.path().join("rust-spool");
+    let stdout = driver.run(&[
         "upload",
         UNREACHABLE,
         rs_spool.to_str().unwrap(),
@@ -680,7 +260,7 @@ fn sdk_rust_large_result_emitted_offline_travels_through_the_payload_bucket() {
     let rs_want: HashSet<String> = emitted(&stdout).into_iter().collect();
     let rs_pending = pending_uploads(&stdout);
     assert!(!rs_pending.is_empty(), "{stdout}");
-    let output = python_producer(&[
+    let output = python.output(&[
         "drain",
         &url,
         rs_spool.to_str().unwrap(),
@@ -700,26 +280,16 @@ fn sdk_rust_large_result_emitted_offline_travels_through_the_payload_bucket() {
         Some(rs_pending.len() as u64),
         "{metrics}"
     );
-    ledger.assert_uploaded(&runtime, &rs_want, &rs_pending, &expected);
+    upload.ledger.assert_uploaded(
+        &upload.runtime,
+        &rs_want,
+        LARGE_RESULT,
+        &upload_names(&rs_pending),
+    );
     assert_eq!(sidecars(&rs_spool), Vec::<String>::new());
 
     // Every event of the four runs is in the ledger once; nothing was quarantined.
-    std::thread::sleep(Duration::from_millis(500));
+    // Every event of the four runs is in the ledger once; nothing was quarantined.
     let all: HashSet<String> = want.iter().chain(&py_want).chain(&rs_want).cloned().collect();
-    let entries = ledger.entries(&runtime, &all);
-    for id in &all {
-        let n = entries.iter().filter(|e| e.event.id() == id).count();
-        assert_eq!(n, 1, "{id} in the ledger {n} times");
-    }
-    let quarantined = runtime.block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
-        let mut stream = js.get_stream(toolledger_wire::streams::QUARANTINE).await.unwrap();
-        stream.info().await.unwrap().state.messages
-    });
-    assert_eq!(quarantined, 0, "a record was quarantined");
-    let status = ledger
-        .ingest
-        .terminate(Duration::from_secs(30))
-        .expect("ingest stops");
-    assert!(status.success(), "{}", ledger.ingest.stderr());
+    upload.finish(&all, "a record was quarantined");
 }

@@ -21,16 +21,14 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
-use toolledger_testkit::{ChildProcess, NatsFixture, python, workspace_root};
-use toolledger_wire::LedgerEntry;
+use toolledger_testkit::{python, workspace_root};
 
-use crate::fixture::{Rng, fault_seed};
 use crate::producers::{
-    CYCLES, Ledger, UNREACHABLE, assert_exactly_once, assert_fdatasync_before_emit_returns, emitted,
-    official_for,
+    Driver, KillCycles, LARGE_RESULT, OfflineUpload, UNREACHABLE, emitted, fsync_check, kill_cycles,
+    official_for, outage, pending_uploads, sidecars, upload_names,
 };
 use crate::toolledger;
 
@@ -70,26 +68,17 @@ fn script() -> PathBuf {
     built().join("e2e/producer_run.js")
 }
 
-fn producer(args: &[&str]) -> ChildProcess {
-    let mut all = vec![script().display().to_string()];
-    all.extend(args.iter().map(|a| (*a).to_owned()));
-    ChildProcess::spawn(node(), all, &[])
-}
-
-/// Runs `producer_run.js` to completion; returns its stdout.
-fn run(args: &[&str]) -> String {
-    let output = std::process::Command::new(node())
-        .arg(script())
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "producer_run.js {args:?} failed\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+/// `producer_run.js` under node as a [`Driver`]; compiles the SDK first, so a test that makes one
+/// before its ledger starts does not count the compile against the ledger's timeouts.
+fn driver() -> Driver {
+    let script = script();
+    assert!(script.exists());
+    Driver::new(
+        "producer_run.js",
+        node().to_path_buf(),
+        vec![script.display().to_string()],
+        Vec::new(),
+    )
 }
 
 /// Reads a spool with the Python SDK's own `Spool` and prints each record as the structured event
@@ -166,7 +155,8 @@ fn sdk_typescript_events_validate_and_the_python_sdk_reads_its_spool() {
     };
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("spool");
-    let events: Vec<Value> = run(&["everything", spool.to_str().unwrap()])
+    let events: Vec<Value> = driver()
+        .run(&["everything", spool.to_str().unwrap()])
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -314,373 +304,26 @@ fn sdk_typescript_events_validate_and_the_python_sdk_reads_its_spool() {
 
 #[test]
 fn sdk_typescript_producer_killed_at_random_moments_loses_and_duplicates_nothing() {
-    let seed = fault_seed();
-    println!("sdk typescript kill seed {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
-    let mut delays = Rng(seed);
-    let script = script(); // compiled before the ledger starts
-    assert!(script.exists());
-    let mut ledger = Ledger::start();
-    let url = ledger.nats.url();
-    let dir = tempfile::tempdir().unwrap();
-    let spool = dir.path().join("spool");
-    let spool_arg = spool.to_str().unwrap();
-    let started = Instant::now();
-    let mut want = HashSet::new();
-    for cycle in 0..CYCLES {
-        // Every third producer cannot reach NATS: what it emitted waits in the spool for a later one.
-        let target = if cycle % 3 == 1 { UNREACHABLE } else { url.as_str() };
-        let prefix = format!("inv-tc{cycle}");
-        let mut child = producer(&["emit", target, spool_arg, "acme", &prefix]);
-        assert!(
-            child.wait_for_output("READY", Duration::from_secs(30)),
-            "seed {seed}: cycle {cycle}: producer did not start\n{}",
-            child.stderr()
-        );
-        std::thread::sleep(delays.between(50, 600));
-        child.kill9();
-        assert!(
-            !child.stderr().contains("Error"),
-            "seed {seed}: {}",
-            child.stderr()
-        );
-        want.extend(emitted(&child.stdout()));
-    }
-    println!(
-        "{CYCLES} kill cycles in {:.1}s, {} events emitted",
-        started.elapsed().as_secs_f64(),
-        want.len()
-    );
-    assert!(
-        want.len() > CYCLES * 5,
-        "seed {seed}: producers emitted too little to test anything"
-    );
-
-    // A restart drains what the killed producers left.
-    let mut drain = producer(&["drain", &url, spool_arg, "acme", "--timeout", "90"]);
-    let status = drain.wait_timeout(Duration::from_secs(120)).expect("drain exits");
-    assert!(
-        status.success(),
-        "seed {seed}: {}\n{}",
-        drain.stdout(),
-        drain.stderr()
-    );
-    let metrics: Value =
-        serde_json::from_str(drain.stdout().trim().strip_prefix("DRAINED ").unwrap()).unwrap();
-    println!("drain: {metrics}");
-    assert!(
-        metrics["recovered"].as_u64().unwrap() > 0,
-        "seed {seed}: the restart found nothing to resume: {metrics}"
-    );
-    let (ids, receipts) = ledger.settled("acme", &want);
-    assert_exactly_once(seed, &ids, receipts, &want);
-    let left: Vec<_> = std::fs::read_dir(&spool)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
-        .collect();
-    assert!(
-        left.is_empty(),
-        "seed {seed}: acked segments left behind: {left:?}"
-    );
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(&spool).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o700, "the spool directory holds raw secrets");
-
-    // The other direction of the shared format: a spool the Python SDK wrote (offline), drained by
-    // the TypeScript SDK.
-    let py_spool = dir.path().join("python-spool");
-    let output = std::process::Command::new(python())
-        .arg(workspace_root().join("sdk/python/tests/producer_run.py"))
-        .args(["emit", UNREACHABLE, py_spool.to_str().unwrap(), "acme", "inv-py"])
-        .args(["--count", "5", "--flush-timeout", "0"])
-        .env("PYTHONPATH", workspace_root().join("sdk/python/src"))
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let python_ids: HashSet<String> = emitted(&String::from_utf8_lossy(&output.stdout))
-        .into_iter()
-        .collect();
-    assert_eq!(
-        python_ids.len(),
-        26,
-        "5 invocations of 5 events and one declaration"
-    );
-    let stdout = run(&[
-        "drain",
-        &url,
-        py_spool.to_str().unwrap(),
-        "acme",
-        "--timeout",
-        "60",
-    ]);
-    assert!(stdout.contains("\"recovered\":26"), "{stdout}");
-    want.extend(python_ids);
-    let (ids, receipts) = ledger.settled("acme", &want);
-    assert_exactly_once(seed, &ids, receipts, &want);
-    ledger.stop();
+    let sdk = KillCycles {
+        label: "sdk typescript",
+        prefix: "inv-tc",
+        stderr_after_kill: |seed, stderr| {
+            assert!(!stderr.contains("Error"), "seed {seed}: {stderr}");
+        },
+        ledger_stops_growing: false,
+    };
+    let driver = driver(); // compiled before the ledger starts
+    kill_cycles(&driver, &sdk).drain_a_python_spool(&driver);
 }
 
 #[test]
 fn sdk_typescript_nothing_is_lost_while_nats_server_is_down() {
-    // The issue asks for 30 s; the default keeps the suite fast and exercises the same paths (publish
-    // timeouts against a frozen server, then a refused connection and a reconnect).
-    let outage: u64 = std::env::var("TOOLLEDGER_SDK_OUTAGE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(6);
-    let script = script();
-    assert!(script.exists());
-    let mut ledger = Ledger::start();
-    let url = ledger.nats.url();
-    let dir = tempfile::tempdir().unwrap();
-    let spool = dir.path().join("spool");
-    let rate = 20; // invocations/s, 5 events each: well under what every_event fsyncs allow
-    let count = (rate * (outage + 4)).to_string();
-    let mut child = producer(&[
-        "emit",
-        &url,
-        spool.to_str().unwrap(),
-        "acme",
-        "inv-outage",
-        "--count",
-        &count,
-        "--rate",
-        &rate.to_string(),
-    ]);
-    assert!(
-        child.wait_for_output("READY", Duration::from_secs(30)),
-        "{}",
-        child.stderr()
-    );
-    std::thread::sleep(Duration::from_secs(1));
-    let before = emitted(&child.stdout()).len();
-    ledger.nats.pause();
-    std::thread::sleep(Duration::from_secs(outage));
-    let during = emitted(&child.stdout()).len() - before;
-    ledger.nats.resume();
-    // Then a real stop and start: connections refused, the client reconnects.
-    ledger.nats.restart();
-    assert!(during > 0, "emit must not wait for NATS");
-    let status = child
-        .wait_timeout(Duration::from_secs(120))
-        .expect("the producer finishes");
-    assert!(status.success(), "{}\n{}", child.stdout(), child.stderr());
-    let stdout = child.stdout();
-    let done = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("DONE "))
-        .expect("DONE line");
-    let metrics: Value = serde_json::from_str(done).unwrap();
-    println!("outage {outage}s: {during} events emitted while the server was down; {metrics}");
-    assert!(
-        metrics["retried"].as_u64().unwrap() > 0,
-        "the outage was never felt: {metrics}"
-    );
-    assert_eq!(metrics["queued"], 0, "{metrics}");
-    let want: HashSet<String> = emitted(&stdout).into_iter().collect();
-    assert_eq!(want.len() as u64, 1 + 5 * (rate * (outage + 4)));
-    let (ids, receipts) = ledger.settled("acme", &want);
-    assert_exactly_once(0, &ids, receipts, &want);
-    ledger.stop();
+    outage(&driver(), true);
 }
 
 #[test]
 fn sdk_typescript_every_event_policy_fdatasyncs_before_emit_returns() {
-    assert_fdatasync_before_emit_returns(|policy, spool| {
-        let mut command = std::process::Command::new(node());
-        command
-            .arg(script())
-            .args(["emit", UNREACHABLE, spool, "acme", "inv-trace"])
-            .args(["--count", "10", "--flush-timeout", "0", "--fsync", policy]);
-        command
-    });
-}
-
-/// A ledger whose `init` created tenant `acme` (and with it the payload bucket `ATL_PAYLOADS_acme`),
-/// and its ingest.
-struct UploadLedger {
-    nats: NatsFixture,
-    ingest: ChildProcess,
-    data: tempfile::TempDir,
-}
-
-impl UploadLedger {
-    fn start() -> Self {
-        let nats = NatsFixture::start();
-        let data = tempfile::tempdir().unwrap();
-        let url = nats.url();
-        let env = [
-            ("TOOLLEDGER_DATA_DIR", data.path().to_str().unwrap()),
-            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "warn"),
-            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
-        ];
-        let mut init = ChildProcess::spawn(
-            toolledger(),
-            ["init", "--nats-url", &url, "--tenant", "acme"],
-            &env,
-        );
-        let status = init.wait_timeout(Duration::from_secs(60)).expect("init exits");
-        assert!(status.success(), "init failed\n{}", init.stderr());
-        let ingest = ChildProcess::spawn(toolledger(), ["ingest", "--nats-url", &url], &env);
-        Self { nats, ingest, data }
-    }
-
-    /// The ledger's entries once `want` ids are all there (at most 60 s).
-    fn entries(&mut self, runtime: &tokio::runtime::Runtime, want: &HashSet<String>) -> Vec<LedgerEntry> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let entries: Vec<LedgerEntry> = runtime.block_on(async {
-                let js = async_nats::jetstream::new(async_nats::connect(self.nats.url()).await.unwrap());
-                let tail = toolledger_ledger::last_sequence(&js, toolledger_wire::streams::LEDGER)
-                    .await
-                    .unwrap();
-                if tail == 0 {
-                    return Vec::new();
-                }
-                toolledger_ledger::read_range(&js, toolledger_wire::streams::LEDGER, 1, tail)
-                    .await
-                    .unwrap()
-                    .into_iter()
-                    .map(|(_, bytes)| LedgerEntry::parse(&bytes).unwrap())
-                    .collect()
-            });
-            let have: HashSet<String> = entries.iter().map(|e| e.event.id().to_owned()).collect();
-            if want.is_subset(&have) {
-                return entries;
-            }
-            assert!(
-                self.ingest.try_status().is_none(),
-                "ingest exited\n{}",
-                self.ingest.stderr()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "{} of {} emitted events never reached the ledger\n{}",
-                want.difference(&have).count(),
-                want.len(),
-                self.ingest.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// Checks that the `tool.result.created` among `want` holds, behind a `$payload`, a blob equal to
-    /// `large_text(size)`, that no `$upload` reached the ledger, and that ingest deleted each of
-    /// `names` from the bucket.
-    fn assert_uploaded(
-        &mut self,
-        runtime: &tokio::runtime::Runtime,
-        want: &HashSet<String>,
-        size: usize,
-        names: &[String],
-    ) {
-        let entries = self.entries(runtime, want);
-        let store = toolledger_ledger::BlobStore::open(&format!(
-            "file://{}",
-            self.data.path().join("blobs").display()
-        ))
-        .unwrap();
-        let acme = toolledger_wire::Tenant::parse("acme").unwrap();
-        let result = entries
-            .iter()
-            .find(|e| e.event.ty() == "tool.result.created" && want.contains(e.event.id()))
-            .expect("the result is in the ledger");
-        let event = result.event_json();
-        assert!(
-            event["data"]["content"][0]["text"]["$payload"].is_object(),
-            "ingest replaced the $upload by a $payload: {}",
-            event["data"]["content"]
-        );
-        let payload = result
-            .ledger
-            .payload_refs
-            .iter()
-            .find(|p| p.path == "/data/content/0/text")
-            .expect("a payload ref for the text");
-        assert_eq!(payload.size, size as u64);
-        let content = runtime.block_on(store.fetch_verified(&acme, payload)).unwrap();
-        assert!(
-            content.as_ref() == large_text(size).as_slice(),
-            "the blob is the text emitted"
-        );
-        for entry in entries.iter().filter(|e| want.contains(e.event.id())) {
-            let bytes = entry.canonical_bytes().unwrap();
-            assert!(
-                !bytes.windows(7).any(|w| w == b"$upload"),
-                "an upload reference reached the ledger: {}",
-                entry.event.id()
-            );
-        }
-        // Ingest deletes each upload once its entry is in the ledger.
-        let url = self.nats.url();
-        runtime.block_on(async {
-            let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
-            let objects = js.get_object_store("ATL_PAYLOADS_acme").await.unwrap();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            for name in names {
-                loop {
-                    let gone = objects.info(name).await.map_or(true, |info| info.deleted);
-                    if gone {
-                        break;
-                    }
-                    assert!(Instant::now() < deadline, "{name} still in the bucket");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        });
-    }
-}
-
-/// `row 00000000\n`, `row 00000001\n`, … cut at `size` bytes (what `producer_run.ts upload` and
-/// `producer_run.py upload` emit).
-fn large_text(size: usize) -> Vec<u8> {
-    let mut text = Vec::with_capacity(size + 13);
-    let mut row = 0;
-    while text.len() < size {
-        text.extend_from_slice(format!("row {row:08}\n").as_bytes());
-        row += 1;
-    }
-    text.truncate(size);
-    text
-}
-
-/// The names of the files in `spool`'s `uploads/` (none when it does not exist).
-fn sidecars(spool: &Path) -> Vec<String> {
-    std::fs::read_dir(spool.join("uploads"))
-        .map(|dir| {
-            dir.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The `UPLOADS [...]` line of an `upload` run.
-fn pending_uploads(stdout: &str) -> Vec<Value> {
-    let pending: Value = serde_json::from_str(
-        stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("UPLOADS "))
-            .expect("UPLOADS line"),
-    )
-    .unwrap();
-    pending.as_array().unwrap().clone()
-}
-
-fn python_sdk(args: &[&str]) -> ChildProcess {
-    let mut all = vec![
-        workspace_root()
-            .join("sdk/python/tests/producer_run.py")
-            .display()
-            .to_string(),
-    ];
-    all.extend(args.iter().map(|a| (*a).to_owned()));
-    let path = workspace_root().join("sdk/python/src").display().to_string();
-    ChildProcess::spawn(&python(), all, &[("PYTHONPATH", path.as_str())])
+    fsync_check(&driver());
 }
 
 /// Runs a Python snippet with the checkout's SDK on the path; returns its stdout.
@@ -743,54 +386,17 @@ spool.close()
 
 #[test]
 fn sdk_typescript_large_result_emitted_offline_travels_through_the_payload_bucket() {
-    const SIZE: usize = 2 * 1024 * 1024;
-    let script = script(); // compiled before the ledger starts
-    assert!(script.exists());
-    let mut ledger = UploadLedger::start();
-    let url = ledger.nats.url();
-    let spool_dir = tempfile::tempdir().unwrap();
-    let spool = spool_dir.path().join("spool");
-    let spool_arg = spool.to_str().unwrap();
-    let size = SIZE.to_string();
-
-    // Offline: emit must not need NATS; the value waits in a sidecar beside its record.
-    let mut child = producer(&[
-        "upload",
-        UNREACHABLE,
-        spool_arg,
-        "acme",
-        "inv-upload-ts-1",
-        "--size",
-        &size,
-    ]);
-    let status = child
-        .wait_timeout(Duration::from_secs(30))
-        .expect("producer exits");
-    let stdout = child.stdout();
-    assert!(status.success(), "{stdout}\n{}", child.stderr());
-    let want: HashSet<String> = emitted(&stdout).into_iter().collect();
-    let pending = pending_uploads(&stdout);
-    assert!(!pending.is_empty(), "a 2 MiB result must be uploaded: {stdout}");
-    assert_eq!(
-        sidecars(&spool).len(),
-        pending.len(),
-        "one sidecar per pending upload"
-    );
-    // The segments as they are now, for the lost-ack replay below.
-    let saved: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&spool)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
-        .map(|e| (e.path(), std::fs::read(e.path()).unwrap()))
-        .collect();
+    let driver = driver(); // compiled before the ledger starts
+    let python = Driver::python();
+    let mut upload = OfflineUpload::emit(&driver, "inv-upload-ts-1");
+    let url = upload.url.clone();
+    let spool_arg = upload.spool.to_str().unwrap().to_owned();
+    let size = LARGE_RESULT.to_string();
 
     // The Python SDK reads the record's uploads and, from the same event, moves the same value under
     // the same name to the same body bytes.
-    let same = run_python(PYTHON_SAME_UPLOADS, &[spool_arg, &size], None);
-    let names: Vec<String> = pending
-        .iter()
-        .map(|u| u["name"].as_str().unwrap().to_owned())
-        .collect();
+    let same = run_python(PYTHON_SAME_UPLOADS, &[&spool_arg, &size], None);
+    let names = upload_names(&upload.pending);
     let checked: Vec<String> = same
         .lines()
         .filter_map(|l| l.strip_prefix("OK "))
@@ -798,53 +404,13 @@ fn sdk_typescript_large_result_emitted_offline_travels_through_the_payload_bucke
         .collect();
     assert_eq!(checked, names, "{same}");
 
-    // A restart with NATS reachable: the objects go into ATL_PAYLOADS_acme, then the events.
-    let mut drain = producer(&["drain", &url, spool_arg, "acme", "--timeout", "30"]);
-    let status = drain.wait_timeout(Duration::from_secs(40)).expect("drain exits");
-    assert!(status.success(), "{}\n{}", drain.stdout(), drain.stderr());
-    let metrics: Value =
-        serde_json::from_str(drain.stdout().trim().strip_prefix("DRAINED ").unwrap()).unwrap();
-    assert_eq!(
-        metrics["uploaded"].as_u64(),
-        Some(pending.len() as u64),
-        "{metrics}"
-    );
-
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    ledger.assert_uploaded(&runtime, &want, SIZE, &names);
-    assert_eq!(
-        sidecars(&spool),
-        Vec::<String>::new(),
-        "acked sidecars are deleted"
-    );
-
-    // A lost ack position brings the acked records back without their sidecars: the upload's record
-    // is counted acked, the rest are duplicates for the ledger to drop; nothing is quarantined for a
-    // missing upload and the spool does not get stuck.
-    let _ = std::fs::remove_file(spool.join("ack"));
-    for (path, bytes) in &saved {
-        std::fs::write(path, bytes).unwrap();
-    }
-    let mut again = producer(&["drain", &url, spool_arg, "acme", "--timeout", "20"]);
-    let status = again.wait_timeout(Duration::from_secs(30)).expect("drain exits");
-    assert!(status.success(), "{}\n{}", again.stdout(), again.stderr());
-    let metrics: Value =
-        serde_json::from_str(again.stdout().trim().strip_prefix("DRAINED ").unwrap()).unwrap();
-    assert_eq!(
-        metrics["recovered"].as_u64(),
-        Some(want.len() as u64),
-        "{metrics}"
-    );
-    assert_eq!(metrics["uploaded"].as_u64(), Some(0), "{metrics}");
+    upload.drain_and_replay(&driver);
 
     // The spool format is shared: a spool with uploads the Python SDK wrote is drained by the
     // TypeScript SDK, and one the TypeScript SDK wrote by the Python SDK.
-    let mut all_want = want.clone();
+    let mut all_want = upload.want.clone();
     for (writer, drainer, invocation) in [("py", "ts", "inv-upload-py-2"), ("ts", "py", "inv-upload-ts-3")] {
-        let spool = spool_dir.path().join(format!("spool-{writer}"));
+        let spool = upload.dir.path().join(format!("spool-{writer}"));
         let spool_arg = spool.to_str().unwrap();
         let args = [
             "upload",
@@ -856,9 +422,9 @@ fn sdk_typescript_large_result_emitted_offline_travels_through_the_payload_bucke
             &size,
         ];
         let mut child = if writer == "py" {
-            python_sdk(&args)
+            python.spawn(&args)
         } else {
-            producer(&args)
+            driver.spawn(&args)
         };
         let status = child
             .wait_timeout(Duration::from_secs(30))
@@ -866,23 +432,22 @@ fn sdk_typescript_large_result_emitted_offline_travels_through_the_payload_bucke
         let stdout = child.stdout();
         assert!(status.success(), "{writer}: {stdout}\n{}", child.stderr());
         let want: HashSet<String> = emitted(&stdout).into_iter().collect();
-        let names: Vec<String> = pending_uploads(&stdout)
-            .iter()
-            .map(|u| u["name"].as_str().unwrap().to_owned())
-            .collect();
+        let names = upload_names(&pending_uploads(&stdout));
         assert_eq!(names.len(), 1, "{writer}: {stdout}");
         let args = ["drain", url.as_str(), spool_arg, "acme", "--timeout", "30"];
         let mut drain = if drainer == "py" {
-            python_sdk(&args)
+            python.spawn(&args)
         } else {
-            producer(&args)
+            driver.spawn(&args)
         };
         let status = drain.wait_timeout(Duration::from_secs(40)).expect("drain exits");
         let out = drain.stdout();
         assert!(status.success(), "{drainer}: {out}\n{}", drain.stderr());
         let metrics: Value = serde_json::from_str(out.trim().strip_prefix("DRAINED ").unwrap()).unwrap();
         assert_eq!(metrics["uploaded"].as_u64(), Some(1), "{drainer}: {metrics}");
-        ledger.assert_uploaded(&runtime, &want, SIZE, &names);
+        upload
+            .ledger
+            .assert_uploaded(&upload.runtime, &want, LARGE_RESULT, &names);
         assert_eq!(
             sidecars(&spool),
             Vec::<String>::new(),
@@ -891,23 +456,7 @@ fn sdk_typescript_large_result_emitted_offline_travels_through_the_payload_bucke
         all_want.extend(want);
     }
 
-    std::thread::sleep(Duration::from_millis(500));
-    let entries = ledger.entries(&runtime, &all_want);
-    for id in &all_want {
-        let n = entries.iter().filter(|e| e.event.id() == id).count();
-        assert_eq!(n, 1, "{id} in the ledger {n} times");
-    }
-    let quarantined = runtime.block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
-        let mut stream = js.get_stream(toolledger_wire::streams::QUARANTINE).await.unwrap();
-        stream.info().await.unwrap().state.messages
-    });
-    assert_eq!(quarantined, 0, "a record was quarantined");
-    let status = ledger
-        .ingest
-        .terminate(Duration::from_secs(30))
-        .expect("ingest stops");
-    assert!(status.success(), "{}", ledger.ingest.stderr());
+    upload.finish(&all_want, "a record was quarantined");
 }
 
 /// The Python SDK's `uploads.extract` of each case, as `producer_run.ts extract` prints it.
