@@ -18,7 +18,7 @@
 //!   nothing twice; the uploads and body bytes are those the Python SDK makes of the same event, and a
 //!   spool with uploads written by either SDK is drained by the other.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -27,10 +27,9 @@ use serde_json::Value;
 use toolledger_testkit::{python, workspace_root};
 
 use crate::producers::{
-    Driver, KillCycles, LARGE_RESULT, OfflineUpload, UNREACHABLE, emitted, fsync_check, kill_cycles,
-    official_for, outage, pending_uploads, sidecars, upload_names,
+    Driver, KillCycles, LARGE_RESULT, OfflineUpload, UNREACHABLE, emitted, everything_conforms, fsync_check,
+    kill_cycles, outage, pending_uploads, sidecars, upload_names,
 };
-use crate::toolledger;
 
 fn sdk_dir() -> PathBuf {
     workspace_root().join("sdk/typescript")
@@ -80,24 +79,6 @@ fn driver() -> Driver {
         Vec::new(),
     )
 }
-
-/// Reads a spool with the Python SDK's own `Spool` and prints each record as the structured event
-/// ingest would decode (percent-decoded `ce-*` headers, data from the body), then the id the Python
-/// SDK's builder gives the same event (`EventBuilder.event` with the TypeScript event's key parts).
-const PYTHON_READER: &str = r#"
-import json, sys, urllib.parse
-from toolledger_producer.spool import Spool
-from toolledger_producer.wire import msg_id
-spool = Spool(sys.argv[1])
-assert not spool.corrupt_segments, spool.corrupt_segments
-for m in spool.head(100000):
-    event = {n[3:].lower(): urllib.parse.unquote(v, errors="strict")
-             for n, v in m.headers.items() if n.lower().startswith("ce-")}
-    event["data"] = json.loads(m.body)
-    assert m.headers["Nats-Msg-Id"] == msg_id(event["tenant"], event["source"], event["id"])
-    print(json.dumps({"subject": m.subject, "msg_id": m.headers["Nats-Msg-Id"], "event": event}))
-spool.close()
-"#;
 
 /// The ids the Python SDK's builders give the invocation-helper events of the TypeScript `everything`
 /// run (same source, objects, classes and sequences): the SDKs must name an event alike.
@@ -150,50 +131,9 @@ fn sdk_typescript_node_test_runner_suite_passes() {
 
 #[test]
 fn sdk_typescript_events_validate_and_the_python_sdk_reads_its_spool() {
-    let Ok(official) = std::env::var("AGENTTOOL_SCHEMAS") else {
-        panic!("AGENTTOOL_SCHEMAS must point at the official Agent Tool schemas");
-    };
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("spool");
-    let events: Vec<Value> = driver()
-        .run(&["everything", spool.to_str().unwrap()])
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert!(events.len() >= 35, "{} events", events.len());
-
-    // Official schemas: each class's data against the object it carries.
-    let mut validators = HashMap::new();
-    let mut failures = Vec::new();
-    let mut classes = BTreeSet::new();
-    for event in &events {
-        let class = event["type"].as_str().unwrap();
-        classes.insert(class.to_owned());
-        let Some(name) = official_for(class) else {
-            continue;
-        };
-        let validator = validators.entry(name).or_insert_with(|| {
-            let path = Path::new(&official).join(format!("{name}.schema.json"));
-            let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-            jsonschema::validator_for(&schema).unwrap()
-        });
-        for error in validator.iter_errors(&event["data"]) {
-            failures.push(format!(
-                "{class} {}: {name}: {error} at {}",
-                event["id"],
-                error.instance_path()
-            ));
-        }
-        for (attribute, field) in [("invocationid", "invocation_id"), ("toolid", "tool_id")] {
-            if let (Some(a), Some(f)) = (event.get(attribute), event["data"].get(field)) {
-                assert_eq!(a, f, "{event}");
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{failures:#?}");
-    assert_eq!(classes.len(), 22, "every class a producer sends: {classes:?}");
-    let ids: HashSet<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
-    assert_eq!(ids.len(), events.len(), "two events share an id");
+    let events = everything_conforms(&driver(), &spool);
     let find = |class: &str, f: &dyn Fn(&Value) -> bool| -> &Value {
         events
             .iter()
@@ -224,49 +164,6 @@ fn sdk_typescript_events_validate_and_the_python_sdk_reads_its_spool() {
         ("inv-schemas-5", "tool.invocation.failed"),
     ] {
         assert_eq!(ends.get(invocation), Some(&class), "{ends:?}");
-    }
-
-    // The ledger's own validator (project schemas), as ingest applies it.
-    let ndjson = dir.path().join("events.ndjson");
-    let text: String = events.iter().map(|e| format!("{e}\n")).collect();
-    std::fs::write(&ndjson, text).unwrap();
-    let validated = std::process::Command::new(toolledger())
-        .arg("validate")
-        .arg(&ndjson)
-        .output()
-        .unwrap();
-    assert!(
-        validated.status.success(),
-        "{}",
-        String::from_utf8_lossy(&validated.stdout)
-    );
-
-    // The Python SDK reads the TypeScript spool back to the very same events, subjects and message
-    // ids (which it recomputes).
-    let output = std::process::Command::new(python())
-        .arg("-c")
-        .arg(PYTHON_READER)
-        .arg(&spool)
-        .env("PYTHONPATH", workspace_root().join("sdk/python/src"))
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let read: Vec<Value> = String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(read.len(), events.len(), "records the Python SDK could not read");
-    for (record, event) in read.iter().zip(&events) {
-        assert_eq!(&record["event"], event);
-        assert_eq!(
-            record["subject"],
-            format!("atl.in.acme.{}", event["type"].as_str().unwrap())
-        );
     }
 
     // Stable ids: the Python SDK names the same events alike.

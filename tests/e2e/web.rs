@@ -118,49 +118,27 @@ fn the_web_view_shows_sessions_invocations_and_verification_and_a_tampered_entry
     }
 
     let key = std::fs::read_to_string(loaded.dir.path().join("data/keys/checkpoint.pub")).unwrap();
-    let shots_temp = tempfile::tempdir().unwrap();
-    let shots = std::env::var_os("TOOLLEDGER_SCREENSHOTS")
-        .map_or_else(|| shots_temp.path().to_path_buf(), PathBuf::from);
-    let out = std::process::Command::new("node")
-        .arg("ui.mjs")
-        .current_dir(&script_dir)
-        .env("TOOLLEDGER_UI_BASE", format!("http://{api}"))
-        .env("TOOLLEDGER_UI_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("TOOLLEDGER_UI_TENANT_TOKEN", ACME_TOKEN)
-        .env("TOOLLEDGER_UI_TENANT", "acme")
-        .env("TOOLLEDGER_UI_KEY", key.trim())
-        .env("TOOLLEDGER_SCREENSHOTS", &shots)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    print!("{stdout}");
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        out.status.success(),
-        "the browser walk-through failed (screenshots in {})\n{}",
-        shots.display(),
-        loaded.up.stderr()
+    run_browser_script(
+        &script_dir,
+        "ui.mjs",
+        "the browser walk-through",
+        &[
+            ("TOOLLEDGER_UI_BASE", format!("http://{api}")),
+            ("TOOLLEDGER_UI_ADMIN_TOKEN", ADMIN_TOKEN.to_owned()),
+            ("TOOLLEDGER_UI_TENANT_TOKEN", ACME_TOKEN.to_owned()),
+            ("TOOLLEDGER_UI_TENANT", "acme".to_owned()),
+            ("TOOLLEDGER_UI_KEY", key.trim().to_owned()),
+        ],
+        &[
+            "sessions",
+            "session-timeline",
+            "invocation",
+            "verification",
+            "verification-tampered",
+            "tools",
+        ],
+        || loaded.up.stderr(),
     );
-    assert!(
-        stdout.contains("ui: ") && stdout.contains(" passed, 0 failed"),
-        "{stdout}"
-    );
-    for name in [
-        "sessions",
-        "session-timeline",
-        "invocation",
-        "verification",
-        "verification-tampered",
-        "tools",
-    ] {
-        let file = shots.join(format!("{name}.png"));
-        let bytes = std::fs::read(&file).unwrap_or_default();
-        assert!(
-            bytes.starts_with(b"\x89PNG"),
-            "{} is not a screenshot",
-            file.display()
-        );
-    }
     let _ = loaded.up.terminate(Duration::from_secs(30));
 }
 
@@ -222,18 +200,47 @@ fn the_web_view_names_the_witnesses_and_flags_a_checkpoint_under_the_pinned_quor
     );
 
     let stranger = CosignatureSigner::generate("witness.test/stranger").unwrap();
+    run_browser_script(
+        &script_dir,
+        "witness.mjs",
+        "the browser's witness checks",
+        &[
+            ("TOOLLEDGER_UI_BASE", format!("http://{}", up.api)),
+            ("TOOLLEDGER_UI_ADMIN_TOKEN", ADMIN_TOKEN.to_owned()),
+            ("TOOLLEDGER_UI_TENANT", "acme".to_owned()),
+            ("TOOLLEDGER_UI_KEY", log_key.clone()),
+            ("TOOLLEDGER_UI_WITNESS_KEYS", vkeys.join("\n")),
+            ("TOOLLEDGER_UI_STRANGER_KEY", stranger.verifier().to_string()),
+        ],
+        &["verification-witnessed", "verification-not-witnessed"],
+        || up.child.stderr(),
+    );
+
+    up.stop();
+    for witness in &mut witnesses {
+        let _ = witness.child.terminate(Duration::from_secs(10));
+    }
+    println!("web witness test done in {:?}", started.elapsed());
+}
+
+/// Runs a browser script of `tests/browser` with `env` and screenshots going to
+/// `TOOLLEDGER_SCREENSHOTS` (else a temporary directory): it must exit 0 reporting ` passed, 0
+/// failed`, and leave each of `screenshots` as a PNG. `server_stderr` is shown when it fails.
+fn run_browser_script(
+    script_dir: &Path,
+    script: &str,
+    what: &str,
+    env: &[(&str, String)],
+    screenshots: &[&str],
+    server_stderr: impl FnOnce() -> String,
+) {
     let shots_temp = tempfile::tempdir().unwrap();
     let shots = std::env::var_os("TOOLLEDGER_SCREENSHOTS")
         .map_or_else(|| shots_temp.path().to_path_buf(), PathBuf::from);
     let out = std::process::Command::new("node")
-        .arg("witness.mjs")
-        .current_dir(&script_dir)
-        .env("TOOLLEDGER_UI_BASE", format!("http://{}", up.api))
-        .env("TOOLLEDGER_UI_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("TOOLLEDGER_UI_TENANT", "acme")
-        .env("TOOLLEDGER_UI_KEY", &log_key)
-        .env("TOOLLEDGER_UI_WITNESS_KEYS", vkeys.join("\n"))
-        .env("TOOLLEDGER_UI_STRANGER_KEY", stranger.verifier().to_string())
+        .arg(script)
+        .current_dir(script_dir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("TOOLLEDGER_SCREENSHOTS", &shots)
         .output()
         .unwrap();
@@ -242,15 +249,15 @@ fn the_web_view_names_the_witnesses_and_flags_a_checkpoint_under_the_pinned_quor
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
     assert!(
         out.status.success(),
-        "the browser's witness checks failed (screenshots in {})\n{}",
+        "{what} failed (screenshots in {})\n{}",
         shots.display(),
-        up.child.stderr()
+        server_stderr()
     );
     assert!(
         stdout.contains("ui: ") && stdout.contains(" passed, 0 failed"),
         "{stdout}"
     );
-    for name in ["verification-witnessed", "verification-not-witnessed"] {
+    for name in screenshots {
         let file = shots.join(format!("{name}.png"));
         let bytes = std::fs::read(&file).unwrap_or_default();
         assert!(
@@ -259,10 +266,4 @@ fn the_web_view_names_the_witnesses_and_flags_a_checkpoint_under_the_pinned_quor
             file.display()
         );
     }
-
-    up.stop();
-    for witness in &mut witnesses {
-        let _ = witness.child.terminate(Duration::from_secs(10));
-    }
-    println!("web witness test done in {:?}", started.elapsed());
 }
