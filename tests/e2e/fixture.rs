@@ -21,7 +21,7 @@ pub(crate) struct Up {
     pub(crate) child: ChildProcess,
     /// The `/v1` API.
     pub(crate) api: SocketAddr,
-    /// Its nats-server.
+    /// Its nats-server, as the admin identity `up` made (`<data_dir>/nats-auth/admin.url`).
     pub(crate) nats_url: String,
     /// The configuration file it runs on.
     pub(crate) config: PathBuf,
@@ -48,7 +48,7 @@ impl Up {
         );
         let stdout = child.stdout();
         let api = after(&stdout, "api at http://", "/").parse().unwrap();
-        let nats_url = format!("nats://{}", after(&stdout, "connected to nats://", ": "));
+        let nats_url = admin_url(&dir.join("data"));
         Self {
             child,
             api,
@@ -64,7 +64,11 @@ impl Up {
     pub(crate) fn publish(&self, events: &[Value], mode: Mode) -> u64 {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let ledger = runtime.block_on(async {
-            let js = async_nats::jetstream::new(async_nats::connect(&self.nats_url).await.unwrap());
+            let js = async_nats::jetstream::new(
+                toolledger_wire::connect::connect(&self.nats_url, "e2e")
+                    .await
+                    .unwrap(),
+            );
             let outgoing = toolledger_wire::produce::prepare_all(events, mode).unwrap();
             let report = toolledger_wire::produce::publish_all(&js, outgoing).await;
             assert!(report.failed.is_empty(), "{:?}", report.failed);
@@ -85,6 +89,14 @@ impl Up {
         assert!(stopped.success(), "{}", self.child.stderr());
         self.child
     }
+}
+
+/// The admin identity's URL of the local nats-server `up` runs for the data directory `data`.
+pub(crate) fn admin_url(data: &Path) -> String {
+    std::fs::read_to_string(data.join("nats-auth/admin.url"))
+        .expect("up writes its identities' URLs")
+        .trim()
+        .to_owned()
 }
 
 /// Waits until the current projection in `data` has applied the ledger up to `position`.

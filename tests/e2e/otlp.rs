@@ -101,7 +101,8 @@ fn reconstructed(config: &Path, id: &str) -> Value {
 /// Entries in ATL_LEDGER.
 fn ledger_entries(nats_url: &str) -> u64 {
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(nats_url).await.unwrap());
+        let js =
+            async_nats::jetstream::new(toolledger_wire::connect::connect(nats_url, "e2e").await.unwrap());
         let mut stream = js.get_stream("ATL_LEDGER").await.unwrap();
         stream.info().await.unwrap().state.messages
     })
@@ -215,7 +216,8 @@ fn sdk_spans_over_http_and_grpc_are_reconstructed_once_with_scrubbed_arguments()
     let before = settled(&nats_url);
     // Every tool is declared again by each run's spans: identical repeats, not conflicts.
     let quarantined = tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(&nats_url).await.unwrap());
+        let js =
+            async_nats::jetstream::new(toolledger_wire::connect::connect(&nats_url, "e2e").await.unwrap());
         crate::fixture::stream_state(&js, "ATL_QUARANTINE").await.messages
     });
     assert_eq!(quarantined, 0, "the receiver's events were quarantined");
@@ -439,7 +441,8 @@ fn a_full_inbox_is_refused_retryably_and_the_exporters_retry_lands_every_span_on
 /// Publishes filler messages (another tenant's, unreadable) until ATL_INBOUND refuses.
 fn fill_inbox(nats_url: &str) {
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(nats_url).await.unwrap());
+        let js =
+            async_nats::jetstream::new(toolledger_wire::connect::connect(nats_url, "e2e").await.unwrap());
         for _ in 0..1000 {
             let ack = js
                 .publish("atl.in.filler.tool.declared", vec![b'x'; 1024].into())
@@ -457,7 +460,8 @@ fn fill_inbox(nats_url: &str) {
 fn planned_entries(nats_url: &str) -> Vec<String> {
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         use futures::StreamExt;
-        let js = async_nats::jetstream::new(async_nats::connect(nats_url).await.unwrap());
+        let js =
+            async_nats::jetstream::new(toolledger_wire::connect::connect(nats_url, "e2e").await.unwrap());
         let stream = js.get_stream("ATL_LEDGER").await.unwrap();
         let consumer = stream
             .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {

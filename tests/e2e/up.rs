@@ -235,16 +235,12 @@ fn data_files_are_private_whatever_the_umask() {
         up.stdout(),
         up.stderr()
     );
-    let stdout = up.stdout();
-    let nats_url = stdout
-        .lines()
-        .find_map(|l| l.split(" with JetStream at ").nth(1))
-        .and_then(|rest| rest.split_whitespace().next())
-        .expect("up names its nats-server's url")
-        .to_owned();
+    // The exporter runs as its own identity of up's server.
+    let nats_url = std::fs::read_to_string(data_dir.join("nats-auth/exporter.url")).unwrap();
+    let nats_url = nats_url.trim();
     // The exporter too, writing the Parquet archive.
     let mut export = under_umask_022(
-        &["export", "--nats-url", &nats_url],
+        &["export", "--nats-url", nats_url],
         &[
             ("TOOLLEDGER_DATA_DIR", data_dir.to_str().unwrap()),
             ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
@@ -283,6 +279,9 @@ fn data_files_are_private_whatever_the_umask() {
         "nats",
         "logs/nats-server.log",
         "api-token",
+        "nats-auth/passwords",
+        "nats-auth/server.conf",
+        "nats-auth/reader.url",
     ] {
         assert!(data_dir.join(written).exists(), "{written} was written");
     }
@@ -369,4 +368,144 @@ fn up_finds_the_pinned_nats_server_without_configuration() {
     let status = up.wait_timeout(Duration::from_secs(30)).expect("exits");
     assert!(!status.success());
     assert!(up.stderr().contains("nats.server_bin"), "{}", up.stderr());
+}
+
+#[test]
+fn up_runs_its_server_with_the_shipped_accounts_and_adopts_an_earlier_store() {
+    use crate::init::{login_at, quick, runtime, stored};
+    use toolledger_core::nats_server::{NatsServer, NatsServerSpec};
+
+    // A data directory an earlier `up` filled without accounts: the contract, and events waiting in
+    // ATL_INBOUND, in the global account.
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().join("data");
+    let mut earlier = NatsServer::start(NatsServerSpec {
+        bin: nats_server_bin(),
+        host: "127.0.0.1".parse().unwrap(),
+        port: None,
+        store_dir: data_dir.join("nats"),
+        log_file: None,
+        config_file: None,
+        pid_file: None,
+    })
+    .unwrap();
+    let (ok, out, err) = crate::init::run(&data_dir, &["init", "--nats-url", &earlier.url()]);
+    assert!(ok, "init\n{out}\n{err}");
+    let generated = toolledger_schemas::generator::generate(&Default::default());
+    let waiting: Vec<_> = generated.events[..5].to_vec();
+    runtime().block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(earlier.url()).await.unwrap());
+        let outgoing =
+            toolledger_wire::produce::prepare_all(&waiting, toolledger_wire::Mode::Binary).unwrap();
+        assert_eq!(
+            toolledger_wire::produce::publish_all(&js, outgoing)
+                .await
+                .published,
+            5
+        );
+    });
+    earlier.stop();
+
+    let bin = nats_server_bin();
+    let mut up = ChildProcess::spawn(
+        toolledger(),
+        ["up"],
+        &[
+            ("TOOLLEDGER_DATA_DIR", data_dir.to_str().unwrap()),
+            ("TOOLLEDGER_NATS__SERVER_BIN", bin.to_str().unwrap()),
+            ("TOOLLEDGER_NATS__LISTEN", "127.0.0.1:0"),
+            ("TOOLLEDGER_NATS__TENANTS", "[acme, globex]"),
+            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+            ("TOOLLEDGER_API__LISTEN", "127.0.0.1:0"),
+        ],
+    );
+    assert!(
+        up.wait_for_output("running;", Duration::from_secs(60)),
+        "up did not start\n{}\n{}",
+        up.stdout(),
+        up.stderr()
+    );
+    let stdout = up.stdout();
+    assert!(
+        stdout.contains("moved the streams of an earlier `up`"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("accounts and permissions of deploy/nats/single.conf"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("producer_acme, producer_globex"), "{stdout}");
+    let url = |user: &str| {
+        std::fs::read_to_string(data_dir.join(format!("nats-auth/{user}.url")))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let address = url("admin").rsplit_once('@').unwrap().1.to_owned();
+    let secret_of = |user: &str| {
+        let url = url(user);
+        let (credentials, _) = url.trim_start_matches("nats://").rsplit_once('@').unwrap();
+        credentials.split_once(':').unwrap().1.to_owned()
+    };
+    const CANARY: &[u8] = b"{\"canary\":\"up-encrypts-9d1e7b\"}";
+
+    runtime().block_on(async {
+        // Nobody gets in without an identity.
+        assert!(
+            async_nats::connect(address.as_str()).await.is_err(),
+            "an anonymous client connected"
+        );
+        // The events of the earlier store reach the ledger: ingest, as its own identity, appended them.
+        let admin = quick(login_at(&address, "admin", &secret_of("admin")).await);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let ledger = admin
+                .get_stream("ATL_LEDGER")
+                .await
+                .unwrap()
+                .info()
+                .await
+                .unwrap()
+                .state
+                .messages;
+            if ledger >= 5 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the adopted events never reached the ledger"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // A producer publishes its own tenant's events only; a service only its own kind of record.
+        let acme = quick(login_at(&address, "producer_acme", &secret_of("producer_acme")).await);
+        assert!(stored(&acme, "atl.in.acme.tool.declared", CANARY).await);
+        assert!(
+            !stored(&acme, "atl.in.globex.tool.declared", b"{}").await,
+            "another tenant"
+        );
+        assert!(
+            !stored(&acme, "atl.in._system.toolledger.erasure.completed", b"{}").await,
+            "the ledger's own records"
+        );
+        let query = quick(login_at(&address, "query", &secret_of("query")).await);
+        assert!(
+            !stored(&query, "atl.ledger.acme.tool.declared", b"{}").await,
+            "the ledger"
+        );
+    });
+    assert!(
+        up.terminate(Duration::from_secs(30)).expect("exits").success(),
+        "{}",
+        up.stderr()
+    );
+
+    // JetStream's store is encrypted at rest.
+    let store = data_dir.join("nats");
+    let plain: Vec<_> = crate::fixture::files(&store)
+        .into_iter()
+        .filter(|f| std::fs::read(f).is_ok_and(|b| b.windows(CANARY.len()).any(|w| w == CANARY)))
+        .collect();
+    assert!(plain.is_empty(), "plaintext in the store: {plain:?}");
+    assert!(crate::fixture::files(&store).len() > 10, "the store is there");
 }

@@ -97,7 +97,9 @@ fn the_web_view_shows_sessions_invocations_and_verification_and_a_tampered_entry
     let ledger_size = {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
-            let client = async_nats::connect(&loaded.nats_url).await.unwrap();
+            let client = toolledger_wire::connect::connect(&loaded.nats_url, "e2e")
+                .await
+                .unwrap();
             let js = async_nats::jetstream::new(client);
             let mut stream = js.get_stream("ATL_LEDGER").await.unwrap();
             stream.info().await.unwrap().state.last_sequence
@@ -191,7 +193,13 @@ fn the_web_view_names_the_witnesses_and_flags_a_checkpoint_under_the_pinned_quor
         .enable_all()
         .build()
         .unwrap();
-    let js = runtime.block_on(async { jetstream::new(async_nats::connect(&up.nats_url).await.unwrap()) });
+    let js = runtime.block_on(async {
+        jetstream::new(
+            toolledger_wire::connect::connect(&up.nats_url, "e2e")
+                .await
+                .unwrap(),
+        )
+    });
     let all: Vec<&CosignatureVerifier> = witnesses.iter().map(|w| &w.key).collect();
     let (size, _, _) = cosigned_by(&runtime, &js, &all, ledger_size);
     println!(

@@ -380,6 +380,11 @@ pub struct NatsConfig {
     pub server_bin: PathBuf,
     /// Where the local server listens for clients.
     pub listen: SocketAddr,
+    /// Tenants of the local server: each gets a producer identity (`producer_<tenant>`, allowed
+    /// only its own `atl.in.<tenant>.tool.>`) and an upload bucket. The tenants of `[[otlp.tokens]]`
+    /// get one too, and `up --demo` adds its demo tenant.
+    #[serde(default)]
+    pub tenants: Vec<String>,
 }
 
 /// Logging and the observability endpoint.
@@ -412,6 +417,7 @@ impl Default for Config {
                 url: None,
                 server_bin: PathBuf::from("nats-server"),
                 listen: SocketAddr::from(([127, 0, 0, 1], 4222)),
+                tenants: Vec::new(),
             },
             telemetry: TelemetryConfig {
                 metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),

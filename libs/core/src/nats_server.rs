@@ -213,7 +213,7 @@ impl Drop for NatsServer {
 }
 
 /// Stops the nats-server named by `pid_file` if one still runs: SIGTERM, then SIGKILL after 15 s.
-fn stop_stale_server(pid_file: &Path) {
+pub fn stop_stale_server(pid_file: &Path) {
     let Some(pid) = std::fs::read_to_string(pid_file)
         .ok()
         .and_then(|p| p.trim().parse::<i32>().ok())

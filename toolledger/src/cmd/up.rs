@@ -1,7 +1,8 @@
 //! `toolledger up`: everything on one machine.
 //!
 //! ```text
-//! start nats-server (unless nats.url is set) ─▶ connect, check JetStream ─▶ serve /metrics, /healthz
+//! start nats-server (unless nats.url is set) on the shipped accounts and permissions, an identity
+//!   per service ─▶ connect as admin, check JetStream ─▶ serve /metrics, /healthz
 //!   ─▶ create or verify the streams of the contract ─▶ run ingest, the projector, the /v1 API, and
 //!      the OTLP receiver when `[otlp]` has write tokens
 //!   ─▶ --demo: publish a generated session, wait for ingest and projection, print one reconstructed
@@ -26,7 +27,10 @@ use toolledger_core::nats_server::{NatsServer, NatsServerSpec};
 use toolledger_core::telemetry::{self, Telemetry};
 use toolledger_ingest::metrics::IngestMetrics;
 use toolledger_ingest::session::{self, IngestSettings};
+use toolledger_wire::Tenant;
 use toolledger_wire::streams::{ContractSettings, Ensured, INBOUND, LEDGER, ensure_contract};
+
+mod identities;
 
 /// Flags of `toolledger up`.
 #[derive(clap::Args)]
@@ -40,22 +44,15 @@ pub struct Args {
 pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let telemetry = Telemetry::new();
     let mut local_server = None;
-    let url = match &config.nats.url {
-        Some(url) => url.clone(),
+    let urls = match &config.nats.url {
+        Some(url) => Urls::shared(url),
         None => {
-            let server = start_local_server(&config).await?;
-            say(&format!(
-                "started nats-server {} with JetStream at {} (store {}, log {})",
-                server.version(),
-                server.url(),
-                server.store_dir().display(),
-                log_path(&config).display()
-            ));
-            let url = server.url();
+            let (server, urls) = start_local_server(&config, args.demo).await?;
             local_server = Some(server);
-            url
+            urls
         }
     };
+    let url = urls.admin.clone();
 
     let health = telemetry.health().clone();
     let events_health = health.clone();
@@ -102,7 +99,11 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         url_of(metrics_addr, "/metrics"),
         url_of(metrics_addr, "/healthz")
     ));
-    for part in ensure_contract(&jetstream, &ContractSettings::default()).await? {
+    let contract = ContractSettings {
+        tenants: urls.tenants.clone(),
+        ..ContractSettings::default()
+    };
+    for part in ensure_contract(&jetstream, &contract).await? {
         let done = match &part.outcome {
             Ensured::Created => "created".to_owned(),
             Ensured::Verified => "verified".to_owned(),
@@ -128,7 +129,7 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     let (ingest_stop, ingest_stopped) = tokio::sync::oneshot::channel::<()>();
     let ingest = tokio::spawn(session::run(
         session::Connector {
-            url: url.clone(),
+            url: urls.ingest.clone(),
             name: "toolledger-up-ingest".to_owned(),
         },
         ingest_settings,
@@ -145,8 +146,10 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         telemetry: Some(telemetry.clone()),
         ..toolledger_projector::Options::new(config.data_dir.clone())
     };
+    let projector_client =
+        toolledger_wire::connect::connect(&urls.projector, "toolledger-up-projector").await?;
     let projector = tokio::spawn({
-        let client = client.clone();
+        let client = projector_client;
         let health = health.clone();
         async move {
             let result = toolledger_projector::run(client, &projector_options, async {
@@ -170,8 +173,10 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     ));
 
     let (retention_stop, retention_stopped) = tokio::sync::oneshot::channel::<()>();
+    let retention_client =
+        toolledger_wire::connect::connect(&urls.retention, "toolledger-up-retention").await?;
     let retention = tokio::spawn(toolledger_ledger::erasure::retention_loop(
-        jetstream.clone(),
+        async_nats::jetstream::new(retention_client),
         toolledger_ledger::BlobStore::open_configured(&config, None)?,
         config.retention.clone(),
         async {
@@ -186,9 +191,15 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     }
 
     let (api_stop, api_stopped) = tokio::sync::oneshot::channel::<()>();
-    let (api_addr, api_task) = start_api(&config, telemetry.clone(), jetstream.clone(), async {
-        let _ = api_stopped.await;
-    })
+    let query_client = toolledger_wire::connect::connect(&urls.query, "toolledger-up-query").await?;
+    let (api_addr, api_task) = start_api(
+        &config,
+        telemetry.clone(),
+        async_nats::jetstream::new(query_client),
+        async {
+            let _ = api_stopped.await;
+        },
+    )
     .await?;
 
     let (otlp_stop, otlp_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -198,7 +209,11 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         None
     } else {
         let metrics = telemetry.register(toolledger_otlp::OtlpMetrics::register);
-        let receiver = std::sync::Arc::new(toolledger_otlp::Receiver::new(&config, &url, metrics)?);
+        let receiver = std::sync::Arc::new(toolledger_otlp::Receiver::new(
+            &urls.with_producers(&config),
+            &urls.shared_producer,
+            metrics,
+        )?);
         let running = toolledger_otlp::start(&config.otlp, receiver, async {
             let _ = otlp_stopped.await;
         })
@@ -212,7 +227,10 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
 
     if args.demo {
         say(&format!("data directory: {}", config.data_dir.display()));
-        publish_demo_session(&jetstream).await?;
+        let demo_tenant = Tenant::parse(DEMO_TENANT)?;
+        let producer =
+            toolledger_wire::connect::connect(urls.producer(&demo_tenant), "toolledger-up-demo").await?;
+        publish_demo_session(&async_nats::jetstream::new(producer)).await?;
         let ledger = wait_for_ingest(&jetstream).await?;
         say(&format!(
             "demo: ingest drained ATL_INBOUND; the ledger holds {ledger} entries"
@@ -513,25 +531,134 @@ async fn publish_demo_session(js: &async_nats::jetstream::Context) -> anyhow::Re
     Ok(())
 }
 
-async fn start_local_server(config: &Config) -> anyhow::Result<NatsServer> {
+/// The tenant of the demo's generated session.
+const DEMO_TENANT: &str = "acme";
+
+/// The URL each part of `up` connects with: its own identity on the local server, or the one
+/// configured `nats.url` for all.
+struct Urls {
+    admin: String,
+    ingest: String,
+    projector: String,
+    query: String,
+    retention: String,
+    /// Producer URLs by tenant (local server only).
+    producers: std::collections::BTreeMap<Tenant, String>,
+    /// Where a tenant without its own producer identity publishes (`nats.url`; empty on the local
+    /// server, where every tenant `up` publishes for has an identity).
+    shared_producer: String,
+    /// Tenants whose upload bucket the contract includes.
+    tenants: Vec<Tenant>,
+}
+
+impl Urls {
+    fn shared(url: &str) -> Self {
+        Self {
+            admin: url.to_owned(),
+            ingest: url.to_owned(),
+            projector: url.to_owned(),
+            query: url.to_owned(),
+            retention: url.to_owned(),
+            producers: Default::default(),
+            shared_producer: url.to_owned(),
+            tenants: Vec::new(),
+        }
+    }
+
+    fn producer(&self, tenant: &Tenant) -> &str {
+        self.producers.get(tenant).unwrap_or(&self.shared_producer)
+    }
+
+    /// `config` with each OTLP token that names no NATS URL publishing as its tenant's producer.
+    fn with_producers(&self, config: &Config) -> Config {
+        let mut config = config.clone();
+        for token in &mut config.otlp.tokens {
+            if token.nats_url.is_none()
+                && let Some(url) = Tenant::parse(&token.tenant)
+                    .ok()
+                    .and_then(|t| self.producers.get(&t))
+            {
+                token.nats_url = Some(url.clone());
+            }
+        }
+        config
+    }
+}
+
+/// Starts the local nats-server on the shipped accounts and permissions, with an identity for each
+/// service and a producer for each tenant of the configuration (and the demo's with `--demo`).
+async fn start_local_server(config: &Config, demo: bool) -> anyhow::Result<(NatsServer, Urls)> {
     let bin = server_bin(&config.nats.server_bin)?;
+    let mut tenants = std::collections::BTreeSet::new();
+    for name in &config.nats.tenants {
+        tenants.insert(Tenant::parse(name).with_context(|| format!("nats.tenants: `{name}`"))?);
+    }
+    for token in config.otlp.tokens.iter().filter(|t| t.nats_url.is_none()) {
+        tenants.insert(Tenant::parse(&token.tenant).with_context(|| format!("otlp token `{}`", token.name))?);
+    }
+    if demo {
+        tenants.insert(Tenant::parse(DEMO_TENANT)?);
+    }
+    let identities = identities::Identities::load_or_create(&config.data_dir, tenants.into_iter().collect())?;
+    let pid_file = config.data_dir.join("nats-server.pid");
+    // A server an earlier `up` left running lets go of the store before it is touched.
+    tokio::task::spawn_blocking({
+        let pid_file = pid_file.clone();
+        move || toolledger_core::nats_server::stop_stale_server(&pid_file)
+    })
+    .await?;
+    if identities::adopt_global_account(&config.nats_store_dir())? {
+        say("moved the streams of an earlier `up` without accounts into the LEDGER account");
+    }
     let spec = NatsServerSpec {
         bin: bin.clone(),
         host: config.nats.listen.ip(),
         port: Some(config.nats.listen.port()).filter(|p| *p != 0),
         store_dir: config.nats_store_dir(),
         log_file: Some(log_path(config)),
-        config_file: None,
-        pid_file: Some(config.data_dir.join("nats-server.pid")),
+        config_file: Some(identities.write_server_config()?),
+        pid_file: Some(pid_file),
     };
-    tokio::task::spawn_blocking(move || NatsServer::start(spec))
+    let server = tokio::task::spawn_blocking(move || NatsServer::start(spec))
         .await?
         .with_context(|| {
             format!(
                 "starting the local nats-server {} (nats.server_bin; or set nats.url to use a running server)",
                 bin.display()
             )
-        })
+        })?;
+    let host_port = format!("{}:{}", config.nats.listen.ip(), server.port());
+    let dir = identities.write_urls(&host_port)?;
+    say(&format!(
+        "started nats-server {} with JetStream at {} (the accounts and permissions of deploy/nats/single.conf, \
+         encrypted at rest; store {}, log {})",
+        server.version(),
+        server.url(),
+        server.store_dir().display(),
+        log_path(config).display()
+    ));
+    say(&format!(
+        "nats identities: {} — each one's URL in {}/<user>.url (e.g. `toolledger emit --nats-url \"$(cat {}/producer_<tenant>.url)\" …`)",
+        identities.users().join(", "),
+        dir.display(),
+        dir.display()
+    ));
+    let url = |user: &str| identities.url(user, &host_port);
+    let urls = Urls {
+        admin: url("admin"),
+        ingest: url("ingest"),
+        projector: url("projector"),
+        query: url("query"),
+        retention: url("retention"),
+        producers: identities
+            .tenants()
+            .iter()
+            .map(|t| (t.clone(), identities.producer_url(t, &host_port)))
+            .collect(),
+        shared_producer: String::new(),
+        tenants: identities.tenants().to_vec(),
+    };
+    Ok((server, urls))
 }
 
 /// Where the pinned nats-server sits in a checkout (`scripts/setup` installs it there).
