@@ -21,6 +21,7 @@
 //! Without tiles an altered entry is located between the last checkpoint that still matches and the
 //! first that does not; with tiles that a signed root vouches for, to the exact entry.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -30,6 +31,7 @@ use toolledger_ledger::erasure::ERASURE_CLASS;
 use toolledger_ledger::{BlobStore, Error as LedgerError, OrderedReader, ReadSpec, read_all};
 use toolledger_merkle::tile::{TILE_WIDTH, TileId, tile_for};
 use toolledger_merkle::{Checkpoint, CompactRange, Hash, TileReader, TileStore, Verifiers, WitnessPolicy};
+use toolledger_wire::entry::ScannedEntry;
 use toolledger_wire::ijson::JsonProblem;
 use toolledger_wire::streams::{self, CHECKPOINTS, LEDGER};
 use toolledger_wire::{Error as WireError, LedgerEntry, PayloadRef, Tenant};
@@ -1137,24 +1139,40 @@ impl EntryPayloads {
             erased,
         }
     }
+
+    /// [`Self::of`] a scanned entry; an erasure record is read whole for the blobs it names.
+    fn of_scanned(scanned: ScannedEntry<'_>, bytes: &[u8]) -> Result<Self, WireError> {
+        let erasure =
+            scanned.ty == ERASURE_CLASS && scanned.tenant.as_deref() == Some(toolledger_wire::Tenant::SYSTEM);
+        if erasure {
+            return LedgerEntry::parse(bytes).map(|entry| Self::of(&entry));
+        }
+        Ok(EntryPayloads {
+            tenant: scanned.tenant.map(Cow::into_owned).unwrap_or_default(),
+            refs: scanned.ledger.payload_refs,
+            erased: Vec::new(),
+        })
+    }
 }
 
-/// Reads an entry and proves its bytes are the RFC 8785 form in one pass; bytes that are not are
-/// read again without the proof, so their payloads are still checked.
+/// Proves an entry's bytes are the RFC 8785 form of a ledger entry with a validating scan (no
+/// event is built); bytes that are not are read again without the proof, so their payloads are
+/// still checked.
 fn check_entry(seq: u64, bytes: &[u8], check_entries: bool, want_payloads: bool) -> CheckedEntry {
     let mut findings = Vec::new();
     let mut payloads = None;
     if check_entries {
-        let read = match LedgerEntry::parse_canonical(bytes) {
+        let read = match LedgerEntry::scan_canonical(bytes) {
+            Ok(scanned) if want_payloads => EntryPayloads::of_scanned(scanned, bytes).map(Some),
+            Ok(_) => Ok(None),
             Err(error) if is_not_canonical(&error) => {
                 findings.push(Finding::EntryNotCanonical { seq });
-                LedgerEntry::parse(bytes)
+                LedgerEntry::parse(bytes).map(|entry| want_payloads.then(|| EntryPayloads::of(&entry)))
             }
-            read => read,
+            Err(error) => Err(error),
         };
         match read {
-            Ok(entry) if want_payloads => payloads = Some(EntryPayloads::of(&entry)),
-            Ok(_) => {}
+            Ok(read) => payloads = read,
             Err(error) => findings.push(Finding::EntryUnreadable {
                 seq,
                 reason: error.to_string(),

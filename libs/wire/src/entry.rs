@@ -18,6 +18,8 @@
 //!        bytes ─▶ LedgerEntry::parse_canonical: the same pass, proving the bytes are RFC 8785
 //! ```
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -238,6 +240,36 @@ impl LedgerEntry {
         Self::from_value(ijson::parse_checked_canonical(bytes)?)
     }
 
+    /// Proves `bytes` are the RFC 8785 form of a ledger entry and reads what a verifier needs of it
+    /// (its class, tenant and metadata) without building the event: a validating scan, then the few
+    /// members borrowed from the bytes. It fails where [`Self::parse_canonical`] does on form (the
+    /// same error) and on the entry's outline: `event` and `ledger` present, the event's
+    /// `specversion` `1.0` and its `id`, `source` and `type` non-empty strings, `ledger` the metadata.
+    pub fn scan_canonical(bytes: &[u8]) -> Result<ScannedEntry<'_>> {
+        ijson::scan_checked_canonical(bytes)?;
+        let outline: Outline<'_> =
+            serde_json::from_slice(bytes).map_err(|e| Error::bad_envelope("body", e.to_string()))?;
+        let event = outline
+            .event
+            .ok_or_else(|| Error::bad_envelope("event", "missing"))?;
+        let ledger = outline
+            .ledger
+            .ok_or_else(|| Error::bad_envelope("ledger", "missing"))?;
+        if event.specversion.as_deref() != Some(crate::event::SPEC_VERSION) {
+            return Err(Error::bad_envelope("specversion", "must be \"1.0\""));
+        }
+        for (name, value) in [("id", &event.id), ("source", &event.source), ("type", &event.ty)] {
+            if value.as_deref().is_none_or(str::is_empty) {
+                return Err(Error::bad_envelope(name, "missing"));
+            }
+        }
+        Ok(ScannedEntry {
+            ty: event.ty.unwrap_or_default(),
+            tenant: event.tenant,
+            ledger,
+        })
+    }
+
     fn from_value(value: Value) -> Result<Self> {
         let Value::Object(mut entry) = value else {
             return Err(Error::bad_envelope("body", "a ledger entry is a JSON object"));
@@ -253,6 +285,93 @@ impl LedgerEntry {
             LedgerMetadata::deserialize(ledger).map_err(|e| Error::bad_envelope("ledger", e.to_string()))?;
         Ok(Self { event, ledger })
     }
+}
+
+/// What [`LedgerEntry::scan_canonical`] reads of an entry.
+#[derive(Debug)]
+pub struct ScannedEntry<'a> {
+    /// The event's class.
+    pub ty: Cow<'a, str>,
+    /// The `tenant` extension, when it is a string.
+    pub tenant: Option<Cow<'a, str>>,
+    /// The ledger's metadata.
+    pub ledger: LedgerMetadata,
+}
+
+/// An entry's outline, as [`LedgerEntry::scan_canonical`] deserializes it: every member optional,
+/// so that what is missing is named in the entry's own order.
+#[derive(Deserialize)]
+struct Outline<'a> {
+    #[serde(borrow, default)]
+    event: Option<EventOutline<'a>>,
+    #[serde(default)]
+    ledger: Option<LedgerMetadata>,
+}
+
+#[derive(Deserialize)]
+struct EventOutline<'a> {
+    #[serde(borrow, default)]
+    specversion: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    source: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "type")]
+    ty: Option<Cow<'a, str>>,
+    /// Another type than a string is no tenant (the typed event would hold it as an extension).
+    #[serde(borrow, default, deserialize_with = "string_or_none")]
+    tenant: Option<Cow<'a, str>>,
+}
+
+fn string_or_none<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Option<Cow<'de, str>>, D::Error> {
+    struct StringOrNone;
+    impl<'de> serde::de::Visitor<'de> for StringOrNone {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_borrowed_str<E>(self, text: &'de str) -> std::result::Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(text)))
+        }
+        fn visit_str<E>(self, text: &str) -> std::result::Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(text.to_owned())))
+        }
+        fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok(None)
+        }
+    }
+    deserializer.deserialize_any(StringOrNone)
 }
 
 /// `value` as JSON text with its object keys sorted, the way the entry stores it: what the

@@ -20,6 +20,7 @@
 //! the shortest escapes, numbers in their ECMAScript form). It is how a stored ledger entry is proved
 //! canonical: one validating scan, used by `LedgerEntry::parse_canonical` and by `verify`.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde_json::{Map, Number, Value};
@@ -154,7 +155,7 @@ impl From<JsonError> for crate::Error {
 
 /// Parses `bytes` as one I-JSON text: what every inbound message goes through.
 pub fn parse(bytes: &[u8]) -> Result<Value, JsonError> {
-    parse_with(bytes, false, false)
+    parse_with(bytes, false, false, true)
 }
 
 /// Parses JSON that RFC 8785 wrote, such as a stored ledger entry. JCS writes every number as a
@@ -162,23 +163,36 @@ pub fn parse(bytes: &[u8]) -> Result<Value, JsonError> {
 /// (`1e20` is written `100000000000000000000`); here such literals are read back as the doubles they
 /// are. Every other check of [`parse`] applies.
 pub fn parse_canonical(bytes: &[u8]) -> Result<Value, JsonError> {
-    parse_with(bytes, true, false)
+    parse_with(bytes, true, false, true)
 }
 
 /// [`parse_canonical`] that also proves the bytes are the RFC 8785 form of the value: anything else
 /// (whitespace, members out of order, a longer escape, `1.0` for `1`) is [`JsonProblem::NotCanonical`]
 /// at the first byte that differs. One pass: the check rides on the parse.
 pub fn parse_checked_canonical(bytes: &[u8]) -> Result<Value, JsonError> {
-    parse_with(bytes, true, true)
+    parse_with(bytes, true, true, true)
 }
 
-fn parse_with(bytes: &[u8], big_integers_are_doubles: bool, canonical: bool) -> Result<Value, JsonError> {
+/// The checks of [`parse_checked_canonical`] without building the value: a validating scan that
+/// allocates only for escaped strings, for readers that need to know the bytes are a canonical
+/// I-JSON text but not what they hold (verify). The same bytes pass or fail with the same error.
+pub fn scan_checked_canonical(bytes: &[u8]) -> Result<(), JsonError> {
+    parse_with(bytes, true, true, false).map(drop)
+}
+
+fn parse_with(
+    bytes: &[u8],
+    big_integers_are_doubles: bool,
+    canonical: bool,
+    build: bool,
+) -> Result<Value, JsonError> {
     let mut parser = Parser {
         bytes,
         pos: 0,
         path: Vec::new(),
         big_integers_are_doubles,
         canonical,
+        build,
     };
     parser.skip_ws_checked()?;
     let value = parser.value(0)?;
@@ -190,13 +204,13 @@ fn parse_with(bytes: &[u8], big_integers_are_doubles: bool, canonical: bool) -> 
 }
 
 /// One step of a JSON Pointer.
-enum Segment {
-    Key(String),
+enum Segment<'a> {
+    Key(Cow<'a, str>),
     Index(usize),
 }
 
 /// Renders path segments as a JSON Pointer.
-fn pointer(path: &[Segment]) -> String {
+fn pointer(path: &[Segment<'_>]) -> String {
     let mut out = String::new();
     for segment in path {
         out.push('/');
@@ -206,6 +220,15 @@ fn pointer(path: &[Segment]) -> String {
         }
     }
     out
+}
+
+/// Whether `next` sorts after `last` by UTF-16 code units, as RFC 8785 orders members. ASCII keys,
+/// nearly all of them, compare as bytes (the same order).
+fn utf16_ascending(last: &str, next: &str) -> bool {
+    if last.is_ascii() && next.is_ascii() {
+        return next.as_bytes() > last.as_bytes();
+    }
+    next.encode_utf16().cmp(last.encode_utf16()).is_gt()
 }
 
 fn shorten(text: &str) -> String {
@@ -218,13 +241,15 @@ fn shorten(text: &str) -> String {
 struct Parser<'a> {
     bytes: &'a [u8],
     pos: usize,
-    path: Vec<Segment>,
+    path: Vec<Segment<'a>>,
     big_integers_are_doubles: bool,
     /// Refuse what RFC 8785 would not have written.
     canonical: bool,
+    /// Build the value; a scan (false) checks every value and builds none.
+    build: bool,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn fail(&self, problem: JsonProblem) -> JsonError {
         JsonError {
             problem,
@@ -280,7 +305,8 @@ impl Parser<'_> {
         match self.peek() {
             Some(b'{') => self.object(depth + 1),
             Some(b'[') => self.array(depth + 1),
-            Some(b'"') => self.string().map(Value::String),
+            Some(b'"') if self.build => self.string().map(|s| Value::String(s.into_owned())),
+            Some(b'"') => self.string().map(|_| Value::Null),
             Some(b't') => self.literal(b"true", Value::Bool(true)),
             Some(b'f') => self.literal(b"false", Value::Bool(false)),
             Some(b'n') => self.literal(b"null", Value::Null),
@@ -296,7 +322,7 @@ impl Parser<'_> {
         self.pos += 1;
         let mut map = Map::new();
         // The key before, in document order, when checking canonical form.
-        let mut previous: Option<String> = None;
+        let mut previous: Option<Cow<'a, str>> = None;
         self.skip_ws_checked()?;
         if self.peek() == Some(b'}') {
             self.pos += 1;
@@ -312,7 +338,7 @@ impl Parser<'_> {
             if self.canonical {
                 if previous
                     .as_deref()
-                    .is_some_and(|last: &str| key.encode_utf16().cmp(last.encode_utf16()).is_le())
+                    .is_some_and(|last| !utf16_ascending(last, &key))
                 {
                     return Err(self.not_canonical(key_at, "members sorted by UTF-16 code units"));
                 }
@@ -324,7 +350,8 @@ impl Parser<'_> {
             }
             self.pos += 1;
             self.skip_ws_checked()?;
-            if map.contains_key(&key) {
+            // A scan checks canonical form only, where a repeated key is out of order above.
+            if self.build && map.contains_key(key.as_ref()) {
                 self.path.push(Segment::Key(key.clone()));
                 let error = self.fail(JsonProblem::DuplicateKey { key: shorten(&key) });
                 return Err(error);
@@ -336,7 +363,9 @@ impl Parser<'_> {
                 // The key pushed above comes back; refuse rather than panic should that ever change.
                 _ => return Err(self.syntax("internal error: path out of step")),
             };
-            map.insert(key, value);
+            if self.build {
+                map.insert(key.into_owned(), value);
+            }
             self.skip_ws_checked()?;
             match self.peek() {
                 Some(b',') => self.pos += 1,
@@ -355,6 +384,7 @@ impl Parser<'_> {
         }
         self.pos += 1;
         let mut items = Vec::new();
+        let mut index = 0;
         self.skip_ws_checked()?;
         if self.peek() == Some(b']') {
             self.pos += 1;
@@ -362,13 +392,18 @@ impl Parser<'_> {
         }
         loop {
             self.skip_ws_checked()?;
-            self.path.push(Segment::Index(items.len()));
+            self.path.push(Segment::Index(index));
             let value = self.value(depth)?;
             self.path.pop();
-            items.push(value);
+            if self.build {
+                items.push(value);
+            }
             self.skip_ws_checked()?;
             match self.peek() {
-                Some(b',') => self.pos += 1,
+                Some(b',') => {
+                    self.pos += 1;
+                    index += 1;
+                }
                 Some(b']') => {
                     self.pos += 1;
                     return Ok(Value::Array(items));
@@ -378,20 +413,21 @@ impl Parser<'_> {
         }
     }
 
-    /// A string starting at the opening quote.
-    fn string(&mut self) -> Result<String, JsonError> {
+    /// A string starting at the opening quote: borrowed from the bytes unless it has escapes.
+    fn string(&mut self) -> Result<Cow<'a, str>, JsonError> {
         self.pos += 1;
+        let bytes = self.bytes;
         let mut out = String::new();
         loop {
             // Copy the longest run of plain bytes at once, validating it as UTF-8.
             let start = self.pos;
-            self.pos += crate::jcs::plain_run(&self.bytes[start..]);
-            let run = &self.bytes[start..self.pos];
+            self.pos += crate::jcs::plain_run(&bytes[start..]);
+            let run = &bytes[start..self.pos];
             match std::str::from_utf8(run) {
-                // No escape: one allocation of the exact size.
+                // No escape: the text as it stands in the bytes.
                 Ok(text) if out.is_empty() && self.peek() == Some(b'"') => {
                     self.pos += 1;
-                    return Ok(text.to_owned());
+                    return Ok(Cow::Borrowed(text));
                 }
                 Ok(text) => out.push_str(text),
                 Err(e) => {
@@ -403,7 +439,7 @@ impl Parser<'_> {
             match self.peek() {
                 Some(b'"') => {
                     self.pos += 1;
-                    return Ok(out);
+                    return Ok(Cow::Owned(out));
                 }
                 Some(b'\\') => {
                     let at = self.pos;
@@ -617,6 +653,11 @@ mod tests {
     use super::*;
 
     fn not_canonical(text: &str) -> (usize, &'static str) {
+        assert_eq!(
+            scan_checked_canonical(text.as_bytes()),
+            parse_checked_canonical(text.as_bytes()).map(drop),
+            "the scan and the parse disagree on {text}"
+        );
         match parse_checked_canonical(text.as_bytes()) {
             Err(JsonError {
                 problem: JsonProblem::NotCanonical { offset, expected },
@@ -635,6 +676,7 @@ mod tests {
             "0",
         ] {
             assert!(parse_checked_canonical(text.as_bytes()).is_ok(), "{text}");
+            assert!(scan_checked_canonical(text.as_bytes()).is_ok(), "{text}");
             assert_eq!(
                 parse_checked_canonical(text.as_bytes()),
                 parse_canonical(text.as_bytes())
@@ -663,6 +705,32 @@ mod tests {
         assert_eq!(not_canonical("[1e2]").0, 1);
         assert_eq!(not_canonical("[-0]").0, 1);
         assert_eq!(not_canonical("[1E+21]").0, 1);
+    }
+
+    #[test]
+    fn the_scan_refuses_what_the_canonical_parse_refuses_with_the_same_error() {
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        for text in [
+            &br#"{"a":1,"a":2}"#[..],
+            br#"{"a":{"b":[1,{"c":"\ud800"}]}}"#,
+            b"[\"\xff\"]",
+            br#"[123456789012345678901234567890e400]"#,
+            br#"{"a":1}x"#,
+            br#"{"a":[1,2,}"#,
+            br#"["unterminated"#,
+            b"[\"a\x01\"]",
+            br#"{"k":[0,1,"\u00e9"]}"#,
+            deep.as_bytes(),
+        ] {
+            let parsed = parse_checked_canonical(text).map(drop);
+            assert!(parsed.is_err(), "{}", String::from_utf8_lossy(text));
+            assert_eq!(
+                scan_checked_canonical(text),
+                parsed,
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
     }
 
     fn problem(text: &[u8]) -> JsonError {

@@ -181,6 +181,28 @@ proptest! {
     }
 
     #[test]
+    fn scanning_an_entry_reads_what_parsing_it_does(event in event(false), respace in any::<bool>()) {
+        let (headers, payload) = binding::encode(&event, Mode::Structured).expect("encodes");
+        let decoded = decode(&subject_of(&event), Some(&headers), &payload).expect("decodes");
+        let at = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).expect("time");
+        let mut bytes = toolledger_wire::LedgerEntry::new(decoded, at).canonical_bytes().expect("canonicalizes");
+        if respace {
+            bytes.insert(1, b' ');
+        }
+        let parsed = toolledger_wire::LedgerEntry::parse_canonical(&bytes);
+        match toolledger_wire::LedgerEntry::scan_canonical(&bytes) {
+            Ok(scanned) => {
+                let parsed = parsed.expect("the parse accepts what the scan does");
+                prop_assert_eq!(scanned.ty.as_ref(), parsed.event.ty());
+                prop_assert_eq!(scanned.tenant.as_deref(), parsed.event.extension_str("tenant"));
+                prop_assert_eq!(&scanned.ledger, &parsed.ledger);
+            }
+            Err(error) => prop_assert_eq!(Some(error.to_string()), parsed.err().map(|e| e.to_string())),
+        }
+        prop_assert_eq!(respace, toolledger_wire::LedgerEntry::scan_canonical(&bytes).is_err());
+    }
+
+    #[test]
     fn arbitrary_payloads_never_panic(
         payload in prop::collection::vec(any::<u8>(), 0..256),
         mode in 0u8..3,
