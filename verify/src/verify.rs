@@ -429,7 +429,7 @@ pub struct Report {
     pub tiles_checked: bool,
     /// Payload references checked against the blob store (0 when none was given).
     pub payloads_checked: u64,
-    /// Of those, blobs a recorded erasure deleted.
+    /// Of those, blobs missing because a recorded erasure deleted them.
     pub payloads_erased: u64,
     /// Everything wrong, in the order found.
     pub findings: Vec<Finding>,
@@ -839,6 +839,7 @@ impl Run {
         pass.entry_findings.extend(pass_findings);
         pass.check_entries = options.check_entries;
         pass.want_payloads = options.blobs.is_some();
+        pass.payloads = PayloadLedger::new(options.blobs.clone());
         Ok(Run {
             stream: stream.to_owned(),
             checkpoint_stream: checkpoint_stream.to_owned(),
@@ -986,8 +987,8 @@ impl Run {
         }
 
         let (payloads_checked, payloads_erased) = match &options.blobs {
-            Some(blobs) => {
-                let checked = payloads.check(blobs).await;
+            Some(_) => {
+                let checked = payloads.check().await;
                 findings.extend(checked.findings);
                 (checked.checked, checked.erased)
             }
@@ -1262,7 +1263,7 @@ impl Pass {
         self.expected_seq = seq + 1;
         self.entry_findings.extend(found);
         if let Some(payloads) = payloads {
-            self.payloads.observe(seq, payloads);
+            self.payloads.observe(seq, payloads).await;
         }
         let index = self.range.size();
         self.range.append(leaf);
@@ -1324,14 +1325,28 @@ impl Pass {
 /// that a handful of large payloads cannot exhaust memory.
 const PAYLOAD_FETCHES_IN_FLIGHT: usize = 8;
 
-/// The payload references and erasures met in the ledger pass.
+/// The payload commitments, checked as the ledger pass meets them: at most
+/// [`PAYLOAD_FETCHES_IN_FLIGHT`] blobs are fetched at once (the pass waits for one when the window is
+/// full), a blob that checks out is forgotten at once, and what does not is held until the pass ends,
+/// since an erasure record later in the ledger may excuse a missing one. Every reference is checked,
+/// erased or not: a blob still stored after its erasure record must still be the one committed to.
+/// Memory: the window, the erased blob ids the ledger records, and the failures not yet excused — not
+/// every reference in the ledger.
 #[derive(Default)]
 struct PayloadLedger {
-    /// `(seq, tenant, reference)` in ledger order.
-    refs: Vec<(u64, String, PayloadRef)>,
+    /// The store, when payloads are checked.
+    blobs: Option<BlobStore>,
+    in_flight: futures::stream::FuturesUnordered<futures::future::BoxFuture<'static, Option<Unexcused>>>,
     /// Blob ids recorded as erased, per tenant.
     erased: std::collections::HashSet<(String, String)>,
+    /// What failed its check and no erasure record has excused yet, by `(tenant, blob id)`.
+    unexcused: std::collections::HashMap<(String, String), Vec<Finding>>,
+    checked: u64,
+    erased_count: u64,
 }
+
+/// A reference whose blob failed its check: `(tenant, blob id)` and what is wrong.
+type Unexcused = ((String, String), Finding);
 
 /// What the payload check found.
 struct PayloadCheck {
@@ -1341,65 +1356,112 @@ struct PayloadCheck {
 }
 
 impl PayloadLedger {
-    fn observe(&mut self, seq: u64, entry: EntryPayloads) {
-        self.erased.extend(entry.erased);
-        for payload in entry.refs {
-            self.refs.push((seq, entry.tenant.clone(), payload));
+    fn new(blobs: Option<BlobStore>) -> Self {
+        Self {
+            blobs,
+            ..Self::default()
         }
     }
 
-    async fn check(self, blobs: &BlobStore) -> PayloadCheck {
+    /// Takes in an entry's erasures and references, starting the checks of its blobs.
+    async fn observe(&mut self, seq: u64, entry: EntryPayloads) {
         use futures::StreamExt;
-        let PayloadLedger { refs, erased } = self;
-        let checked = refs.len() as u64;
-        let erased_count = refs
-            .iter()
-            .filter(|(_, tenant, p)| erased.contains(&(tenant.clone(), p.blob_id.clone())))
-            .count() as u64;
-        let erased = &erased;
-        // The references are moved into the checks (owned, so the future stays `Send`).
-        let outcomes: Vec<Option<Finding>> = futures::stream::iter(refs)
-            .map(|(seq, tenant, payload)| async move {
-                if erased.contains(&(tenant.clone(), payload.blob_id.clone())) {
-                    return None;
+        let Some(blobs) = self.blobs.clone() else {
+            return;
+        };
+        for id in entry.erased {
+            // A blob found missing before the record that erased it was met.
+            if let Some(failed) = self.unexcused.remove(&id) {
+                let (missing, other): (Vec<Finding>, Vec<Finding>) = failed
+                    .into_iter()
+                    .partition(|f| matches!(f, Finding::PayloadMissing { .. }));
+                self.erased_count += missing.len() as u64;
+                if !other.is_empty() {
+                    self.unexcused.insert(id.clone(), other);
                 }
-                let tenant = match Tenant::parse(&tenant) {
-                    Ok(tenant) => tenant,
-                    Err(error) => {
-                        return Some(Finding::PayloadUnchecked {
-                            seq,
-                            blob_id: payload.blob_id.clone(),
-                            reason: format!("the entry's tenant: {error}"),
-                        });
-                    }
-                };
-                match blobs.fetch_verified(&tenant, &payload).await {
-                    Ok(_) => None,
-                    Err(LedgerError::PayloadMissing { .. }) => Some(Finding::PayloadMissing {
-                        seq,
-                        path: payload.path.clone(),
-                        blob_id: payload.blob_id.clone(),
-                    }),
-                    Err(error @ LedgerError::PayloadDigestMismatch { .. }) => Some(Finding::PayloadAltered {
-                        seq,
-                        path: payload.path.clone(),
-                        blob_id: payload.blob_id.clone(),
-                        reason: error.to_string(),
-                    }),
-                    Err(error) => Some(Finding::PayloadUnchecked {
-                        seq,
-                        blob_id: payload.blob_id.clone(),
-                        reason: toolledger_ledger::with_causes(&error),
-                    }),
+            }
+            self.erased.insert(id);
+        }
+        for payload in entry.refs {
+            self.checked += 1;
+            while self.in_flight.len() >= PAYLOAD_FETCHES_IN_FLIGHT {
+                if let Some(Some(failed)) = self.in_flight.next().await {
+                    self.settle(failed);
                 }
-            })
-            .buffered(PAYLOAD_FETCHES_IN_FLIGHT)
-            .collect()
-            .await;
-        PayloadCheck {
-            checked,
-            erased: erased_count,
-            findings: outcomes.into_iter().flatten().collect(),
+            }
+            let (blobs, tenant) = (blobs.clone(), entry.tenant.clone());
+            self.in_flight.push(Box::pin(async move {
+                check_payload(&blobs, seq, tenant, payload).await
+            }));
         }
     }
+
+    /// Takes a failed check: a missing blob the ledger records as erased is excused and counted;
+    /// anything else waits for the end of the pass (an erasure record may still excuse a missing one).
+    fn settle(&mut self, (id, finding): Unexcused) {
+        if matches!(finding, Finding::PayloadMissing { .. }) && self.erased.contains(&id) {
+            self.erased_count += 1;
+        } else {
+            self.unexcused.entry(id).or_default().push(finding);
+        }
+    }
+
+    /// Waits for the checks in flight; what failed and was never excused, in ledger order.
+    async fn check(mut self) -> PayloadCheck {
+        use futures::StreamExt;
+        while let Some(outcome) = self.in_flight.next().await {
+            if let Some(failed) = outcome {
+                self.settle(failed);
+            }
+        }
+        let mut findings: Vec<Finding> = self.unexcused.into_values().flatten().collect();
+        // In ledger order (sort_by_key is stable: one entry's findings keep their order).
+        findings.sort_by_key(|finding| match finding {
+            Finding::PayloadMissing { seq, .. }
+            | Finding::PayloadAltered { seq, .. }
+            | Finding::PayloadUnchecked { seq, .. } => *seq,
+            _ => 0,
+        });
+        PayloadCheck {
+            checked: self.checked,
+            erased: self.erased_count,
+            findings,
+        }
+    }
+}
+
+/// Fetches the blob `payload` names and checks its commitment; what is wrong, if anything.
+async fn check_payload(
+    blobs: &BlobStore,
+    seq: u64,
+    tenant: String,
+    payload: PayloadRef,
+) -> Option<Unexcused> {
+    let finding = match Tenant::parse(&tenant) {
+        Err(error) => Finding::PayloadUnchecked {
+            seq,
+            blob_id: payload.blob_id.clone(),
+            reason: format!("the entry's tenant: {error}"),
+        },
+        Ok(parsed) => match blobs.fetch_verified(&parsed, &payload).await {
+            Ok(_) => return None,
+            Err(LedgerError::PayloadMissing { .. }) => Finding::PayloadMissing {
+                seq,
+                path: payload.path.clone(),
+                blob_id: payload.blob_id.clone(),
+            },
+            Err(error @ LedgerError::PayloadDigestMismatch { .. }) => Finding::PayloadAltered {
+                seq,
+                path: payload.path.clone(),
+                blob_id: payload.blob_id.clone(),
+                reason: error.to_string(),
+            },
+            Err(error) => Finding::PayloadUnchecked {
+                seq,
+                blob_id: payload.blob_id.clone(),
+                reason: toolledger_ledger::with_causes(&error),
+            },
+        },
+    };
+    Some(((tenant, payload.blob_id), finding))
 }

@@ -98,9 +98,10 @@ async fn commitments_are_checked(store: BlobStore) {
         }
     };
 
+    // An erasure record names the first blob, still stored: it is checked like any other.
     let report = verify(store.clone()).await;
     assert!(report.is_ok(), "{:?}", report.findings);
-    assert_eq!((report.payloads_checked, report.payloads_erased), (4, 1));
+    assert_eq!((report.payloads_checked, report.payloads_erased), (4, 0));
 
     let acme = Tenant::parse("acme").unwrap();
     // The erased blob is gone as its record says; another disappears without one; a third is swapped
@@ -114,6 +115,7 @@ async fn commitments_are_checked(store: BlobStore) {
         .unwrap();
 
     let report = verify(store.clone()).await;
+    assert_eq!((report.payloads_checked, report.payloads_erased), (4, 1));
     let payload_findings: Vec<&Finding> = report
         .findings
         .iter()
