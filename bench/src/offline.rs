@@ -526,6 +526,7 @@ const EXPORT_MISS: &str = "the baseline writes the rows export writes (four tabl
 pub async fn verify(options: &Options) -> anyhow::Result<Section> {
     let ledger = Ledger::build(options).await?;
     let (mut sha, mut full, mut hash_only, mut read) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut bundle_build, mut bundle_check, mut bundle_bytes) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..options.runs {
         read.push(ledger.read_rate().await?);
         let started = Instant::now();
@@ -559,12 +560,17 @@ pub async fn verify(options: &Options) -> anyhow::Result<Section> {
                 report.findings
             );
         }
+        let (built, checked, bytes) = bundle_of_spread_entries(&ledger).await?;
+        bundle_build.push(built);
+        bundle_check.push(checked);
+        bundle_bytes.push(bytes);
         progress(
             "verify",
             run,
             options.runs,
             &format!(
-                "SHA-256 {:.0}/s, verify {:.0}/s, verify without parsing {:.0}/s, NATS read {:.0}/s",
+                "SHA-256 {:.0}/s, verify {:.0}/s, verify without parsing {:.0}/s, NATS read {:.0}/s, \
+                 bundle of {BUNDLE_ENTRIES} built in {built:.0} ms and checked in {checked:.0} ms",
                 sha[run], full[run], hash_only[run], read[run]
             ),
         );
@@ -577,8 +583,11 @@ pub async fn verify(options: &Options) -> anyhow::Result<Section> {
              prove it is the RFC 8785 form of a ledger entry with a validating scan (no JSON value or \
              typed event is built; its class, tenant and metadata are read from the bytes), hash it as a \
              leaf, rebuild the tree, check every signed checkpoint (Ed25519) and the tiles, check the \
-             live stream configurations. **verify without parsing**: the same without the entry check. **raw SHA-256**: SHA-256 of the same entry bytes \
-             already in memory. **NATS read**: reading the ledger in order and discarding it. Verify's \
+             live stream configurations. **verify without parsing**: the same without the entry \
+             check. **raw SHA-256**: SHA-256 of the same entry bytes already in memory. **evidence \
+             bundle**: `build_bundle` of 1,000 entries spread evenly over the ledger (as a long \
+             session's interleave with others': each its own inclusion path), without payloads, then \
+             `verify_bundle` on its bytes as `toolledger verify-bundle` runs it offline. **NATS read**: reading the ledger in order and discarding it. Verify's \
              floor is the slower of the two, run by run: it must both read and hash every entry.",
             ledger.describe()
         ),
@@ -620,6 +629,27 @@ pub async fn verify(options: &Options) -> anyhow::Result<Section> {
         Better::Higher,
         floor,
     ));
+    section.figure(Figure::new(
+        "verify.bundle_build",
+        "evidence bundle of 1,000 entries: build (proofs, checkpoint, its own check)",
+        "ms",
+        Better::Lower,
+        bundle_build,
+    ));
+    section.figure(Figure::new(
+        "verify.bundle_check",
+        "evidence bundle of 1,000 entries: offline check (verify-bundle)",
+        "ms",
+        Better::Lower,
+        bundle_check,
+    ));
+    section.figure(Figure::new(
+        "verify.bundle_bytes",
+        "evidence bundle of 1,000 entries: size",
+        "bytes",
+        Better::Lower,
+        bundle_bytes,
+    ));
     section.compare("verify_vs_raw_sha256", &full, &sha);
     let ratio = section.compare("verify_vs_floor", &full, &floor);
     section.notes.push(format!(
@@ -639,6 +669,48 @@ pub async fn verify(options: &Options) -> anyhow::Result<Section> {
         .explain_miss(VERIFY_MISS),
     );
     Ok(section)
+}
+
+/// Entries in the bench's evidence bundle: a long session's worth.
+const BUNDLE_ENTRIES: usize = 1_000;
+
+/// Builds an evidence bundle of [`BUNDLE_ENTRIES`] entries spread evenly over the ledger (as a long
+/// session's events interleave with other sessions': each needs its own inclusion path) and checks it
+/// offline; the build's and the check's milliseconds and the bundle's bytes.
+async fn bundle_of_spread_entries(ledger: &Ledger) -> anyhow::Result<(f64, f64, f64)> {
+    let step = (ledger.len() / BUNDLE_ENTRIES).max(1) as u64;
+    let seqs: Vec<u64> = (0..BUNDLE_ENTRIES as u64)
+        .map(|i| 1 + i * step)
+        .filter(|seq| *seq <= ledger.len() as u64)
+        .collect();
+    let source = toolledger_verify::ProveSource {
+        ledger_stream: LEDGER.to_owned(),
+        checkpoint_stream: CHECKPOINTS.to_owned(),
+        verifiers: ledger.loader.verifiers.clone(),
+        origin: None,
+        tiles: Some(ledger.loader.tiles.clone()),
+        trusted: Default::default(),
+    };
+    let request = toolledger_verify::bundle::BundleRequest {
+        selection: toolledger_verify::bundle::Selection::entries(),
+        seqs,
+        since_checkpoint: None,
+        blobs: None,
+        witness_policy: None,
+    };
+    let started = Instant::now();
+    let built = toolledger_verify::bundle::build_bundle(&ledger.js, &source, &request).await?;
+    let build_ms = started.elapsed().as_secs_f64() * 1e3;
+    let started = Instant::now();
+    let report = toolledger_verify::bundle::verify_bundle(&built.bytes, &ledger.loader.verifiers, None)?;
+    let check_ms = started.elapsed().as_secs_f64() * 1e3;
+    anyhow::ensure!(
+        report.entries.len() == request.seqs.len(),
+        "the bundle holds {} entries, not {}",
+        report.entries.len(),
+        request.seqs.len()
+    );
+    Ok((build_ms, check_ms, built.bytes.len() as f64))
 }
 
 const VERIFY_MISS: &str = "the floor is the NATS read (raw hashing runs several times faster). \

@@ -26,6 +26,7 @@ use std::collections::BTreeSet;
 use async_nats::jetstream;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -623,6 +624,9 @@ async fn payload_blobs(
     Ok(payloads)
 }
 
+/// Entries a bundle reads and proves at once.
+const ENTRIES_IN_FLIGHT: usize = 16;
+
 /// Builds a bundle of the entries at `request.seqs`, proved in the newest trusted checkpoint, and
 /// verifies it with [`verify_bundle`] before returning it. What an HTTP handler or the CLI calls once
 /// it has looked the sequences up.
@@ -678,22 +682,37 @@ pub async fn build_bundle(
     };
 
     let reader = prove::tree_reader(js, source, size, &signed.checkpoint.root).await?;
-    let mut entries = Vec::with_capacity(seqs.len());
-    let mut payloads_left_out = Vec::new();
-    for &seq in &seqs {
-        let inclusion = prove::inclusion_in(js, source, &reader, signed, seq).await?;
-        let payloads = match &request.blobs {
-            Some(store) => {
-                payload_blobs(store, seq, inclusion.entry.as_bytes(), &mut payloads_left_out).await?
+    // Entries are read and proved several at a time (each is a message get and a few tile reads, so
+    // one at a time a long session's bundle waits on round trips), kept in ledger order.
+    let proved: Vec<(BundleEntry, Vec<PayloadLeftOut>)> = futures::stream::iter(seqs.iter().copied())
+        .map(|seq| {
+            let reader = &reader;
+            async move {
+                let inclusion = prove::inclusion_in(js, source, reader, signed, seq).await?;
+                let mut left_out = Vec::new();
+                let payloads = match &request.blobs {
+                    Some(store) => {
+                        payload_blobs(store, seq, inclusion.entry.as_bytes(), &mut left_out).await?
+                    }
+                    None => Vec::new(),
+                };
+                let entry = BundleEntry {
+                    seq,
+                    entry: BASE64.encode(inclusion.entry.as_bytes()),
+                    inclusion_proof: inclusion.proof,
+                    payloads,
+                };
+                Ok::<_, Error>((entry, left_out))
             }
-            None => Vec::new(),
-        };
-        entries.push(BundleEntry {
-            seq,
-            entry: BASE64.encode(inclusion.entry.as_bytes()),
-            inclusion_proof: inclusion.proof,
-            payloads,
-        });
+        })
+        .buffered(ENTRIES_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let mut entries = Vec::with_capacity(proved.len());
+    let mut payloads_left_out = Vec::new();
+    for (entry, left_out) in proved {
+        entries.push(entry);
+        payloads_left_out.extend(left_out);
     }
 
     let consistency = match held {
