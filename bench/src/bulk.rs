@@ -164,6 +164,10 @@ pub async fn bulk(options: &Options) -> anyhow::Result<Section> {
         tiles: Some(loader.tiles.clone()),
         ..VerifyOptions::default()
     };
+    // Its memory: the peak resident size during the pass above the size before it (the kernel's
+    // high-water mark, reset first), so what the suite itself holds is not counted.
+    let resident_before = own_memory_kib("VmRSS:");
+    let peak_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let started = Instant::now();
     let mut last_report = Instant::now();
     let report = verify_ledger(
@@ -186,6 +190,10 @@ pub async fn bulk(options: &Options) -> anyhow::Result<Section> {
         report.findings
     );
     verify_rates.push(n as f64 / started.elapsed().as_secs_f64());
+    let verify_peak_mib = match (peak_reset, resident_before, own_memory_kib("VmHWM:")) {
+        (true, Some(before), Some(peak)) => vec![(peak.saturating_sub(before)) as f64 / 1024.0],
+        _ => Vec::new(),
+    };
 
     let mut section = Section::new(
         "bulk",
@@ -202,7 +210,8 @@ pub async fn bulk(options: &Options) -> anyhow::Result<Section> {
              (random older size to a random signed size) through that source (`serve`'s code path: a source \
              keeps the checkpoints it has checked), checks each offline, and hashes the same {} entries' bytes in memory with SHA-256; after the runs, one full \
              `verify` pass over the ledger (one only: at this size a pass takes minutes; the verify suite \
-             above has its rate over three runs).",
+             above has its rate over three runs), with its peak resident memory above the process's \
+             before it (the kernel's high-water mark, reset just before the pass).",
             base.len(),
             gib(RESERVE_BYTES),
             options.runs,
@@ -293,6 +302,15 @@ pub async fn bulk(options: &Options) -> anyhow::Result<Section> {
         Better::Higher,
         verify_rates,
     ));
+    if !verify_peak_mib.is_empty() {
+        section.figure(Figure::new(
+            "bulk.verify_peak_rss",
+            "verify, whole ledger: peak resident memory above the process's before the pass",
+            "MiB",
+            Better::Lower,
+            verify_peak_mib,
+        ));
+    }
     let sha = section.figure(Figure::new(
         "bulk.raw_sha256",
         "raw SHA-256 of the same bytes",
@@ -336,4 +354,11 @@ fn count(n: u64) -> String {
     } else {
         format!("{n}-entry")
     }
+}
+
+/// A memory figure of this process from /proc/self/status (`VmRSS:`, `VmHWM:`), in KiB.
+fn own_memory_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }

@@ -195,6 +195,10 @@ fn smoke_run_of_the_offline_and_bulk_suites_reports_every_figure_and_target() {
     ] {
         assert_eq!(figure(id)["runs"].as_array().unwrap().len(), RUNS, "{id}");
     }
+    // The verify pass's own memory is measured (one value: the pass runs once).
+    let peak = figure("bulk.verify_peak_rss");
+    assert_eq!(peak["runs"].as_array().unwrap().len(), 1);
+    assert!(peak["median"].as_f64().unwrap() >= 0.0);
     // 20,000 entries: a path of at most ceil(log2(20000)) = 15 hashes.
     let path = figure("bulk.inclusion_bytes")["median"].as_f64().unwrap();
     assert!(path > 0.0 && path <= 15.0 * 32.0, "{path}");
