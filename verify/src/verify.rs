@@ -1158,7 +1158,9 @@ impl EntryPayloads {
 
 /// Proves an entry's bytes are the RFC 8785 form of a ledger entry with a validating scan (no
 /// event is built); bytes that are not are read again without the proof, so their payloads are
-/// still checked.
+/// still checked. The scan reads the entry's outline only: an entry it accepts may still hold an
+/// attribute the typed event refuses (a bad `time`, an unknown attribute form), which ingest never
+/// writes and the leaf hash would expose if anyone else did.
 fn check_entry(seq: u64, bytes: &[u8], check_entries: bool, want_payloads: bool) -> CheckedEntry {
     let mut findings = Vec::new();
     let mut payloads = None;
@@ -1170,7 +1172,9 @@ fn check_entry(seq: u64, bytes: &[u8], check_entries: bool, want_payloads: bool)
                 findings.push(Finding::EntryNotCanonical { seq });
                 LedgerEntry::parse(bytes).map(|entry| want_payloads.then(|| EntryPayloads::of(&entry)))
             }
-            Err(error) => Err(error),
+            // The outline refused (it reads less than the parse, but serde has limits of its own,
+            // such as nesting): the entry is unreadable only if the parse says so too.
+            Err(_) => LedgerEntry::parse(bytes).map(|entry| want_payloads.then(|| EntryPayloads::of(&entry))),
         };
         match read {
             Ok(read) => payloads = read,
@@ -1336,17 +1340,26 @@ const PAYLOAD_FETCHES_IN_FLIGHT: usize = 8;
 struct PayloadLedger {
     /// The store, when payloads are checked.
     blobs: Option<BlobStore>,
-    in_flight: futures::stream::FuturesUnordered<futures::future::BoxFuture<'static, Option<Unexcused>>>,
+    /// The checks running: tasks of their own, so they go on while the pass waits for the ledger.
+    in_flight: tokio::task::JoinSet<Option<Unexcused>>,
+    /// References met so far: orders one entry's findings as its references are.
+    met: u64,
     /// Blob ids recorded as erased, per tenant.
     erased: std::collections::HashSet<(String, String)>,
     /// What failed its check and no erasure record has excused yet, by `(tenant, blob id)`.
-    unexcused: std::collections::HashMap<(String, String), Vec<Finding>>,
+    unexcused: std::collections::HashMap<BlobKey, Vec<(RefOrder, Finding)>>,
     checked: u64,
     erased_count: u64,
 }
 
-/// A reference whose blob failed its check: `(tenant, blob id)` and what is wrong.
-type Unexcused = ((String, String), Finding);
+/// A blob: `(tenant, blob id)`.
+type BlobKey = (String, String);
+
+/// A reference's place in the ledger: its entry's seq, then the order references were met.
+type RefOrder = (u64, u64);
+
+/// A reference whose blob failed its check: the blob, the reference's place, what is wrong.
+type Unexcused = (BlobKey, RefOrder, Finding);
 
 /// What the payload check found.
 struct PayloadCheck {
@@ -1365,16 +1378,15 @@ impl PayloadLedger {
 
     /// Takes in an entry's erasures and references, starting the checks of its blobs.
     async fn observe(&mut self, seq: u64, entry: EntryPayloads) {
-        use futures::StreamExt;
         let Some(blobs) = self.blobs.clone() else {
             return;
         };
         for id in entry.erased {
             // A blob found missing before the record that erased it was met.
             if let Some(failed) = self.unexcused.remove(&id) {
-                let (missing, other): (Vec<Finding>, Vec<Finding>) = failed
+                let (missing, other): (Vec<_>, Vec<_>) = failed
                     .into_iter()
-                    .partition(|f| matches!(f, Finding::PayloadMissing { .. }));
+                    .partition(|(_, f)| matches!(f, Finding::PayloadMissing { .. }));
                 self.erased_count += missing.len() as u64;
                 if !other.is_empty() {
                     self.unexcused.insert(id.clone(), other);
@@ -1384,44 +1396,57 @@ impl PayloadLedger {
         }
         for payload in entry.refs {
             self.checked += 1;
+            while let Some(done) = self.in_flight.try_join_next() {
+                self.settle_task(done);
+            }
             while self.in_flight.len() >= PAYLOAD_FETCHES_IN_FLIGHT {
-                if let Some(Some(failed)) = self.in_flight.next().await {
-                    self.settle(failed);
+                if let Some(done) = self.in_flight.join_next().await {
+                    self.settle_task(done);
                 }
             }
             let (blobs, tenant) = (blobs.clone(), entry.tenant.clone());
-            self.in_flight.push(Box::pin(async move {
-                check_payload(&blobs, seq, tenant, payload).await
-            }));
+            self.met += 1;
+            let order = (seq, self.met);
+            self.in_flight
+                .spawn(async move { check_payload(&blobs, order, tenant, payload).await });
         }
     }
 
     /// Takes a failed check: a missing blob the ledger records as erased is excused and counted;
     /// anything else waits for the end of the pass (an erasure record may still excuse a missing one).
-    fn settle(&mut self, (id, finding): Unexcused) {
+    fn settle(&mut self, (id, order, finding): Unexcused) {
         if matches!(finding, Finding::PayloadMissing { .. }) && self.erased.contains(&id) {
             self.erased_count += 1;
         } else {
-            self.unexcused.entry(id).or_default().push(finding);
+            self.unexcused.entry(id).or_default().push((order, finding));
+        }
+    }
+
+    /// [`Self::settle`] a finished check task; one that panicked or was cancelled is a failure too.
+    fn settle_task(&mut self, done: Result<Option<Unexcused>, tokio::task::JoinError>) {
+        match done {
+            Ok(None) => {}
+            Ok(Some(failed)) => self.settle(failed),
+            Err(error) => self.unexcused.entry(Default::default()).or_default().push((
+                (0, 0),
+                Finding::PayloadUnchecked {
+                    seq: 0,
+                    blob_id: String::new(),
+                    reason: format!("a payload check did not finish: {error}"),
+                },
+            )),
         }
     }
 
     /// Waits for the checks in flight; what failed and was never excused, in ledger order.
     async fn check(mut self) -> PayloadCheck {
-        use futures::StreamExt;
-        while let Some(outcome) = self.in_flight.next().await {
-            if let Some(failed) = outcome {
-                self.settle(failed);
-            }
+        while let Some(done) = self.in_flight.join_next().await {
+            self.settle_task(done);
         }
-        let mut findings: Vec<Finding> = self.unexcused.into_values().flatten().collect();
-        // In ledger order (sort_by_key is stable: one entry's findings keep their order).
-        findings.sort_by_key(|finding| match finding {
-            Finding::PayloadMissing { seq, .. }
-            | Finding::PayloadAltered { seq, .. }
-            | Finding::PayloadUnchecked { seq, .. } => *seq,
-            _ => 0,
-        });
+        let mut findings: Vec<_> = self.unexcused.into_values().flatten().collect();
+        // In ledger order, and one entry's as its references are.
+        findings.sort_by_key(|(order, _)| *order);
+        let findings = findings.into_iter().map(|(_, finding)| finding).collect();
         PayloadCheck {
             checked: self.checked,
             erased: self.erased_count,
@@ -1433,7 +1458,7 @@ impl PayloadLedger {
 /// Fetches the blob `payload` names and checks its commitment; what is wrong, if anything.
 async fn check_payload(
     blobs: &BlobStore,
-    seq: u64,
+    (seq, met): (u64, u64),
     tenant: String,
     payload: PayloadRef,
 ) -> Option<Unexcused> {
@@ -1463,5 +1488,5 @@ async fn check_payload(
             },
         },
     };
-    Some(((tenant, payload.blob_id), finding))
+    Some(((tenant, payload.blob_id), (seq, met), finding))
 }

@@ -245,6 +245,10 @@ impl LedgerEntry {
     /// members borrowed from the bytes. It fails where [`Self::parse_canonical`] does on form (the
     /// same error) and on the entry's outline: `event` and `ledger` present, the event's
     /// `specversion` `1.0` and its `id`, `source` and `type` non-empty strings, `ledger` the metadata.
+    /// It reads less than the typed parse: an entry whose outline holds may still carry an attribute
+    /// the typed event refuses (a bad `time`, `data_base64`), and serde's nesting limit can refuse
+    /// metadata nested deeper than 127 levels that the parse takes; a caller that must agree with
+    /// the parse falls back to it when this fails for anything but form.
     pub fn scan_canonical(bytes: &[u8]) -> Result<ScannedEntry<'_>> {
         ijson::scan_checked_canonical(bytes)?;
         let outline: Outline<'_> =

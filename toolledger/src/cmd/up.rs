@@ -607,7 +607,7 @@ async fn start_local_server(config: &Config, demo: bool) -> anyhow::Result<(Nats
         move || toolledger_core::nats_server::stop_stale_server(&pid_file)
     })
     .await?;
-    if identities::adopt_global_account(&config.nats_store_dir())? {
+    if identities::adopt_global_account(&config.nats_store_dir(), &pid_file)? {
         say("moved the streams of an earlier `up` without accounts into the LEDGER account");
     }
     let spec = NatsServerSpec {
@@ -638,8 +638,10 @@ async fn start_local_server(config: &Config, demo: bool) -> anyhow::Result<(Nats
         log_path(config).display()
     ));
     say(&format!(
-        "nats identities: {} — each one's URL in {}/<user>.url (e.g. `toolledger emit --nats-url \"$(cat {}/producer_<tenant>.url)\" …`)",
+        "nats identities: {} — each one's URL in {}/<user>.url (e.g. `toolledger emit --nats-url \"$(cat {}/producer_<tenant>.url)\" …`); \
+         {}/passwords holds the only copy of the store's encryption key: back it up with the store",
         identities.users().join(", "),
+        dir.display(),
         dir.display(),
         dir.display()
     ));

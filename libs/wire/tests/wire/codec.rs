@@ -192,7 +192,7 @@ proptest! {
         let parsed = toolledger_wire::LedgerEntry::parse_canonical(&bytes);
         match toolledger_wire::LedgerEntry::scan_canonical(&bytes) {
             Ok(scanned) => {
-                let parsed = parsed.expect("the parse accepts what the scan does");
+                let parsed = parsed.expect("the parse accepts a sealed entry the scan accepts");
                 prop_assert_eq!(scanned.ty.as_ref(), parsed.event.ty());
                 prop_assert_eq!(scanned.tenant.as_deref(), parsed.event.extension_str("tenant"));
                 prop_assert_eq!(&scanned.ledger, &parsed.ledger);

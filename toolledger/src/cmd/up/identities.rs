@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! <data_dir>/nats-auth/          (0700)
-//!   passwords                    one `user=password` line per identity, and `js_key=…`; made once
+//!   passwords                    one `user=password` line per identity, and `js_key=…`; made once.
+//!                                The only copy of the store's encryption key: back it up with the
+//!                                store; without it the store cannot be read
 //!   server.conf                  the variables single.conf reads, then single.conf itself with its
 //!                                producer template repeated per tenant; rewritten at every start
 //!   <user>.url                   nats://<user>:<password>@host:port, for `--nats-url "$(cat …)"`
@@ -65,6 +67,13 @@ impl Identities {
                     let (user, secret) = line
                         .split_once('=')
                         .with_context(|| format!("{}: a line without `=`", path.display()))?;
+                    // Secrets go into the server configuration and URLs as they are: only what
+                    // `random_secret` makes is taken.
+                    anyhow::ensure!(
+                        !secret.is_empty() && secret.bytes().all(|b| b.is_ascii_alphanumeric()),
+                        "{}: the secret of `{user}` is not letters and digits",
+                        path.display()
+                    );
                     secrets.insert(user.to_owned(), secret.to_owned());
                 }
             }
@@ -200,12 +209,31 @@ fn random_secret() -> anyhow::Result<String> {
 }
 
 /// Moves streams an earlier `up` made in the global account (`$G`, no accounts configured) to the
-/// `LEDGER` account of the shipped configuration, before the server starts; true when it did.
-pub fn adopt_global_account(store_dir: &Path) -> anyhow::Result<bool> {
+/// `LEDGER` account of the shipped configuration, before the server starts; true when it did. Never
+/// while the process the pid file names still runs (it may be that server, whatever its name).
+pub fn adopt_global_account(store_dir: &Path, pid_file: &Path) -> anyhow::Result<bool> {
     let jetstream = store_dir.join("jetstream");
     let (global, ledger) = (jetstream.join("$G"), jetstream.join("LEDGER"));
-    if !global.is_dir() || ledger.exists() {
+    if !global.is_dir() {
         return Ok(false);
+    }
+    if ledger.exists() {
+        tracing::warn!(
+            global = %global.display(),
+            "streams of an earlier `up` without accounts are left in the global account: the LEDGER account already has its own"
+        );
+        return Ok(false);
+    }
+    let running = std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|pid| pid.trim().parse::<u32>().ok())
+        .filter(|pid| Path::new(&format!("/proc/{pid}")).exists());
+    if let Some(pid) = running {
+        anyhow::bail!(
+            "process {pid} (named by {}) still runs and may be the nats-server of this store: stop it \
+             before `up` moves the store's streams into the LEDGER account",
+            pid_file.display()
+        );
     }
     std::fs::rename(&global, &ledger)
         .with_context(|| format!("moving {} to {}", global.display(), ledger.display()))?;
@@ -236,7 +264,15 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     file.write_all(text.as_bytes())
         .and_then(|()| file.sync_all())
         .with_context(|| format!("writing {}", partial.display()))?;
-    std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
+    std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))?;
+    // The rename is durable only once the directory is: `passwords` holds the only copy of the
+    // JetStream encryption key.
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("syncing {}", dir.display()))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
