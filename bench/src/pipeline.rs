@@ -257,13 +257,15 @@ fn ingest_miss(
          canonicalization, on rayon's pool; scrubbing and dedupe in inbound order, one identity query \
          per batch) while the back appends the batch before, commits its identities to SQLite and acks \
          it";
-    let cheaper = "make the per-event work cheaper (the event is parsed once into the entry that is \
-         validated, scrubbed and written; a profile of a standalone `toolledger ingest` draining 42k \
-         events puts about 16 % of its CPU in decoding — the ce-* headers 7 %, the JSON body 8 % — \
-         7 % in JSON-schema validation, 8 % in turning the typed event into JSON and back for \
-         validation and scrubbing, 6 % in scrubbing, 10 % in the canonical bytes and their SHA-256, \
-         and malloc and free about 15 % spread over all of them; so validating and scrubbing the \
-         typed event in place, and fewer owned strings per event, are next)";
+    let cheaper = "make the rest of the per-event work cheaper (the event is parsed once, \
+         validated and scrubbed as JSON and sealed from that JSON form without a typed round trip; a \
+         perf profile of the bench's ingest phase puts decode — I-JSON body, ce-* headers — at about \
+         17 % of ingest's samples, the NATS client's receive 12 %, JSON-schema validation 9 %, \
+         scrubbing 10 %, canonical bytes and SHA-256 8 %, the identity index 6 %, append and ack 6 %, \
+         and the blob store's file creation 1–14 % from run to run; the pipeline stages alone cost \
+         ~17.5 µs an event on one thread without NATS (`cargo run --release -p toolledger-ingest \
+         --example scrub_cost 20000 5 generator`), so the NATS client, the append and ack and the \
+         identity index are next)";
     if busy >= 70.0 * cores as f64 {
         format!(
             "{measured} It is CPU-bound on per-event work the relay does not do: {loop_shape}. What would \

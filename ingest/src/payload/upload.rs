@@ -104,6 +104,12 @@ impl UploadCollector {
         Ok(found)
     }
 
+    /// Whether `event`'s `data` holds an upload reference, well-formed or not: false exactly when
+    /// [`Self::find_uploads`] finds none and no error, without building a pointer.
+    pub fn holds_uploads(event: &Value) -> bool {
+        event.get("data").is_some_and(holds_upload)
+    }
+
     /// Replaces every upload reference in `event` (of `tenant`) by a payload reference to a checked copy
     /// in the blob store.
     pub async fn collect(
@@ -281,6 +287,17 @@ fn find(value: &Value, at: &mut Vec<String>, out: &mut Vec<UploadRef>) -> Result
         _ => {}
     }
     Ok(())
+}
+
+/// [`find`]'s walk, stopping at the first reference.
+fn holds_upload(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => {
+            (map.len() == 1 && map.contains_key(UPLOAD_KEY)) || map.values().any(holds_upload)
+        }
+        Value::Array(items) => items.iter().any(holds_upload),
+        _ => false,
+    }
 }
 
 fn parse_ref(inner: &Value, path: String) -> Result<UploadRef> {

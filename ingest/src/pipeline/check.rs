@@ -19,6 +19,10 @@ pub(crate) struct Checked {
     pub(crate) tenant: Tenant,
     pub(crate) source: String,
     pub(crate) event_id: String,
+    /// Whether scrubbing listed anything outside `data` (an attribute, or a configured path into
+    /// one): only then can `json` have stopped being [`toolledger_wire::Event::into_json`]'s form
+    /// of a CloudEvent, which sealing must check.
+    pub(crate) attributes_scrubbed: bool,
 }
 
 impl Checked {
@@ -29,7 +33,10 @@ impl Checked {
     /// identity index is rebuilt from the entries' `source`, so the identity must be computed from
     /// the same value when the entry is appended.
     pub(crate) fn scrub(&mut self, scrubber: &mut Scrubber) {
-        let mut paths = scrubber.scrub(&mut self.json);
+        let mut paths = scrubber.scrub_accepted(&mut self.json);
+        self.attributes_scrubbed = paths
+            .iter()
+            .any(|path| path != "/data" && !path.starts_with("/data/"));
         if let Some(fields) = self.ledger.envelope_fields.as_mut() {
             let envelope = scrubber.scrub_envelope_fields(fields);
             if !envelope.is_empty() {
@@ -129,6 +136,7 @@ pub(crate) fn check(original: &Original, received: DateTime<Utc>) -> Result<Chec
         tenant,
         source,
         event_id,
+        attributes_scrubbed: false,
     })
 }
 

@@ -12,10 +12,12 @@
 //!          + seal::own_entry (the receipt)
 //! ```
 //!
-//! The event is parsed once (`decode`) and then moved, never copied: the stages that work on JSON
-//! (validation, scrubbing, offloading) take it as a value and give it back
-//! ([`toolledger_wire::Event::into_json`], [`toolledger_wire::Event::from_json`]), and the entry's
-//! RFC 8785 bytes are written straight from the event ([`toolledger_wire::LedgerEntry::seal`]).
+//! The event is parsed once (`decode`) and then moved, never copied: it is taken in its JSON form
+//! once ([`toolledger_wire::Event::into_json`]), the stages that work on JSON (validation,
+//! scrubbing, offloading) work on that value, and the entry's RFC 8785 bytes are written straight
+//! from it ([`toolledger_wire::LedgerEntry::seal_json`]). Only an event whose attributes scrubbing
+//! touched is taken back as an event first ([`toolledger_wire::Event::from_json`]), which refuses
+//! an attribute a marker replaced.
 //!
 //! - [`check`]: decode ▸ validate, or the rejection that says why not.
 //! - [`seal`]: the content digest and identity; the canonical entry; the ledger's own entries.
@@ -201,12 +203,11 @@ pub async fn entry_for_message(
         digest,
         ..
     } = prepared;
-    let entry = match body {
+    let seal::Unsealed { json, ledger } = match body {
         Body::Ready(ready) => return Ok(Ok((ready.bytes.to_vec(), digest))),
-        Body::Offload(entry) => *entry,
+        Body::Offload(unsealed) => *unsealed,
     };
-    let json = entry.event.into_json();
-    let bytes = offload::move_payloads(json, entry.ledger, &tenant, &event_id, offloader, Vec::new()).await?;
+    let bytes = offload::move_payloads(json, ledger, &tenant, &event_id, offloader, Vec::new()).await?;
     Ok(Ok((bytes, digest)))
 }
 

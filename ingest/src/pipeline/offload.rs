@@ -6,7 +6,7 @@ use serde_json::Value;
 use toolledger_wire::{Event, LedgerEntry, LedgerMetadata, PayloadRef, QuarantineReason, Tenant};
 
 use super::Stages;
-use super::seal::{Body, Prepared};
+use super::seal::{Body, Prepared, Unsealed};
 use crate::append::PendingEntry;
 use crate::payload::{Offloader, UploadName};
 use crate::quarantine::Rejection;
@@ -36,16 +36,15 @@ pub(crate) async fn offload(
         event_id,
         ..
     } = prepared;
-    let entry = match body {
+    let Unsealed { mut json, ledger } = match body {
         Body::Ready(entry) => {
             return Ok(Offloaded::Entry {
                 entry,
                 uploads: Vec::new(),
             });
         }
-        Body::Offload(entry) => *entry,
+        Body::Offload(unsealed) => *unsealed,
     };
-    let mut json = entry.event.into_json();
     let collected = match stages.uploads.collect(js, &tenant, &mut json).await {
         Ok(collected) => collected,
         Err(
@@ -63,7 +62,7 @@ pub(crate) async fn offload(
     };
     let bytes = move_payloads(
         json,
-        entry.ledger,
+        ledger,
         &tenant,
         &event_id,
         &stages.offloader,

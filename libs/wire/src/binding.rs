@@ -119,7 +119,7 @@ impl<'a> NatsMessage<'a> {
         let Some(headers) = headers else {
             return Ok(message);
         };
-        let mut ce: Vec<(Cow<'a, str>, Cow<'a, str>)> = Vec::new();
+        let mut ce: Vec<(Cow<'a, str>, Cow<'a, str>)> = Vec::with_capacity(headers.len());
         for (name, values) in headers.iter() {
             let name: &'a str = name.as_ref();
             let lower: Cow<'a, str> = if name.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -149,9 +149,14 @@ impl<'a> NatsMessage<'a> {
                         "not a CloudEvents attribute name (a-z, 0-9)",
                     ));
                 }
-                let decoded = percent_decode_str(raw).decode_utf8().map_err(|_| {
-                    Error::bad_envelope(&*attribute, "header value is not percent-encoded UTF-8")
-                })?;
+                // Most values have nothing encoded: borrowed as they are, without the decoder's pass.
+                let decoded = if raw.contains('%') {
+                    percent_decode_str(raw).decode_utf8().map_err(|_| {
+                        Error::bad_envelope(&*attribute, "header value is not percent-encoded UTF-8")
+                    })?
+                } else {
+                    Cow::Borrowed(raw)
+                };
                 match ce.iter().find(|(a, _)| *a == attribute) {
                     Some((_, earlier)) if *earlier != decoded => {
                         return Err(Error::bad_envelope(

@@ -177,16 +177,8 @@ impl LedgerEntry {
         Ok(bytes)
     }
 
-    /// `,"ledger":` and the metadata's canonical bytes, and the closing brace: RFC 8785 sorts `event`
-    /// before `ledger`, so an entry is its event's bytes with these after them.
     fn write_ledger(&self, bytes: &mut Vec<u8>) -> Result<()> {
-        let ledger = serde_json::to_value(&self.ledger).map_err(|e| Error::Encode {
-            reason: format!("ledger: {e}"),
-        })?;
-        bytes.extend_from_slice(br#","ledger":"#);
-        jcs::write_into(bytes, &ledger)?;
-        bytes.push(b'}');
-        Ok(())
+        write_ledger(&self.ledger, bytes)
     }
 
     /// The Merkle leaf hash of [`Self::canonical_bytes`].
@@ -211,6 +203,29 @@ impl LedgerEntry {
         self.ledger.content_digest = Some(format!("sha256:{}", hex(&digest)));
         self.write_ledger(&mut bytes)?;
         Ok((digest, bytes))
+    }
+
+    /// [`Self::seal`] for an event held in its CloudEvents JSON form, exactly as [`Event::into_json`]
+    /// gives it (validation and scrubbing work on that form): sets `ledger.content_digest` and returns
+    /// the digest with the entry's bytes. The bytes are those [`Self::seal`] writes for the event the
+    /// form holds, because [`Event::write_canonical`] writes the members `into_json` makes, with the
+    /// same RFC 8785 rules; the caller must know `event` is that form (it was taken with `into_json`,
+    /// or [`Event::from_json`] accepted it and gave it back).
+    pub fn seal_json(event: &Value, ledger: &mut LedgerMetadata) -> Result<([u8; 32], Vec<u8>)> {
+        let mut bytes = Vec::with_capacity(1024);
+        bytes.extend_from_slice(br#"{"event":"#);
+        let start = bytes.len();
+        jcs::write_into(&mut bytes, event)?;
+        let digest: [u8; 32] = sha2::Sha256::digest(&bytes[start..]).into();
+        ledger.content_digest = Some(format!("sha256:{}", hex(&digest)));
+        write_ledger(ledger, &mut bytes)?;
+        Ok((digest, bytes))
+    }
+
+    /// [`Self::content_digest`] for an event held in its CloudEvents JSON form (as for
+    /// [`Self::seal_json`]).
+    pub fn content_digest_json(event: &Value) -> Result<[u8; 32]> {
+        Ok(sha2::Sha256::digest(jcs::to_vec(event)?).into())
     }
 
     /// Files the entry the way every reader of the ledger does: class, decoded data, session and
@@ -378,6 +393,61 @@ fn string_or_none<'de, D: Deserializer<'de>>(
     deserializer.deserialize_any(StringOrNone)
 }
 
+/// `,"ledger":` and the metadata's canonical bytes, and the closing brace: RFC 8785 sorts `event`
+/// before `ledger`, so an entry is its event's bytes with these after them.
+///
+/// The members are written straight from the fields, in RFC 8785's order (their names are ASCII, so
+/// byte order), as `jcs::write_into` writes the metadata's serde form (`tests::ledger_bytes_are_its_serde_form_canonicalized`).
+fn write_ledger(ledger: &LedgerMetadata, bytes: &mut Vec<u8>) -> Result<()> {
+    let LedgerMetadata {
+        ingested_at,
+        origin,
+        content_digest,
+        payload_refs,
+        scrubbed_paths,
+        trace_refs,
+        envelope_fields,
+    } = ledger;
+    bytes.extend_from_slice(br#","ledger":{"#);
+    if let Some(digest) = content_digest {
+        bytes.extend_from_slice(br#""content_digest":"#);
+        jcs::write_string(bytes, digest);
+        bytes.push(b',');
+    }
+    if let Some(fields) = envelope_fields {
+        bytes.extend_from_slice(br#""envelope_fields":"#);
+        jcs::write_object_into(bytes, fields).map_err(|e| e.under("/envelope_fields"))?;
+        bytes.push(b',');
+    }
+    bytes.extend_from_slice(br#""ingested_at":"#);
+    jcs::write_string(bytes, &format_time(ingested_at));
+    bytes.extend_from_slice(br#","origin":"#);
+    jcs::write_string(bytes, origin.as_str());
+    bytes.extend_from_slice(br#","payload_refs":"#);
+    if payload_refs.is_empty() {
+        bytes.extend_from_slice(b"[]");
+    } else {
+        let refs = serde_json::to_value(payload_refs).map_err(|e| Error::Encode {
+            reason: format!("ledger: {e}"),
+        })?;
+        jcs::write_into(bytes, &refs).map_err(|e| e.under("/payload_refs"))?;
+    }
+    bytes.extend_from_slice(br#","scrubbed_paths":["#);
+    for (index, path) in scrubbed_paths.iter().enumerate() {
+        if index > 0 {
+            bytes.push(b',');
+        }
+        jcs::write_string(bytes, path);
+    }
+    bytes.push(b']');
+    if let Some(refs) = trace_refs {
+        bytes.extend_from_slice(br#","trace_refs":"#);
+        jcs::write_array_into(bytes, refs).map_err(|e| e.under("/trace_refs"))?;
+    }
+    bytes.extend_from_slice(b"}}");
+    Ok(())
+}
+
 /// `value` as JSON text with its object keys sorted, the way the entry stores it: what the
 /// projections keep in their JSON columns (`payload_refs`, `trace_refs`, …).
 pub fn json_text<T: Serialize + ?Sized>(value: &T) -> String {
@@ -393,4 +463,72 @@ pub fn hex(bytes: &[u8]) -> String {
         out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The metadata's bytes as entries were written before `write_ledger` wrote the fields itself:
+    /// its serde form, canonicalized.
+    fn serde_form(ledger: &LedgerMetadata) -> Vec<u8> {
+        let mut bytes = br#","ledger":"#.to_vec();
+        jcs::write_into(&mut bytes, &serde_json::to_value(ledger).unwrap()).unwrap();
+        bytes.push(b'}');
+        bytes
+    }
+
+    #[test]
+    fn ledger_bytes_are_its_serde_form_canonicalized() {
+        let at: DateTime<Utc> = "2026-06-01T12:34:56.789123Z".parse().unwrap();
+        let bare = LedgerMetadata::received(at, Origin::Binary, None, None);
+        let Value::Object(fields) = json!({
+            "schema_version": "1", "\u{fb33}": 1, "\u{1f600}": [2.5, {"b": null, "a": "\"é\n"}],
+        }) else {
+            unreachable!()
+        };
+        let full = LedgerMetadata {
+            content_digest: Some(format!("sha256:{}", hex(&[9; 32]))),
+            payload_refs: vec![PayloadRef {
+                path: "/data/result/content".to_owned(),
+                blob_id: "b1".to_owned(),
+                commitment: "sha256:00".to_owned(),
+                size: 123_456,
+                content_type: "application/json".to_owned(),
+            }],
+            scrubbed_paths: vec!["/apikey".to_owned(), "/data/x~1y".to_owned()],
+            trace_refs: Some(vec![json!({"traceparent": "00-01-02-01"}), json!("t")]),
+            envelope_fields: Some(fields),
+            ..LedgerMetadata::received(at, Origin::AgenttoolEvent, None, None)
+        };
+        let empty_options = LedgerMetadata {
+            trace_refs: Some(Vec::new()),
+            envelope_fields: Some(Map::new()),
+            ..LedgerMetadata::received(at, Origin::Ledger, None, None)
+        };
+        for ledger in [bare, full, empty_options] {
+            let mut bytes = Vec::new();
+            write_ledger(&ledger, &mut bytes).unwrap();
+            assert_eq!(
+                String::from_utf8(bytes).unwrap(),
+                String::from_utf8(serde_form(&ledger)).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn a_number_no_double_holds_is_refused_where_it_was_before() {
+        let Value::Object(fields) = json!({"n": {"big": 9_007_199_254_740_993_u64}}) else {
+            unreachable!()
+        };
+        let ledger = LedgerMetadata::received(Utc::now(), Origin::AgenttoolEvent, None, Some(fields));
+        let direct = write_ledger(&ledger, &mut Vec::new()).unwrap_err().to_string();
+        let via_serde = jcs::write_into(&mut Vec::new(), &serde_json::to_value(&ledger).unwrap())
+            .map_err(Error::from)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(direct, via_serde);
+    }
 }

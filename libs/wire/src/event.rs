@@ -5,12 +5,15 @@
 //! binary headers + payload ─▶ binding::NatsMessage ─▶ Event ─────┤
 //! agenttool-event body ─▶ envelope::map_agenttool_event ─▶ Event ┘
 //!          Event ─▶ write_canonical (RFC 8785, straight from the fields)
-//!          Event ─▶ into_json ─▶ Value ─▶ (validate, scrub, offload) ─▶ Event::from_json
+//!          Event ─▶ into_json ─▶ Value ─▶ (validate, scrub, offload) ─▶ LedgerEntry::seal_json
+//!                                                          (or ─▶ Event::from_json, when an attribute changed)
 //! ```
 //!
 //! The stages that work on the event as JSON (schema validation, scrubbing, offloading) take it with
-//! [`Event::into_json`] and give it back with [`Event::from_json`]: both move `data` rather than copy
-//! it, and the attributes are a handful of short strings. The forms are the CloudEvents JSON format
+//! [`Event::into_json`], which moves `data` and the attributes rather than copy them; the entry is
+//! written from that value ([`crate::LedgerEntry::seal_json`]), the same bytes
+//! [`Event::write_canonical`] writes for the event, and [`Event::from_json`] takes it back when a
+//! stage may have made it something no CloudEvent is. The forms are the CloudEvents JSON format
 //! with times normalized to UTC (`…Z`, as many fractional digits as needed) and `dataschema` as its
 //! parsed URL, which is exactly what the ledger's entries have always held.
 //!
@@ -63,11 +66,11 @@ impl ExtensionValue {
         }
     }
 
-    fn to_json(&self) -> Value {
+    fn into_json(self) -> Value {
         match self {
-            Self::String(s) => Value::String(s.clone()),
-            Self::Boolean(b) => Value::Bool(*b),
-            Self::Integer(i) => Value::from(*i),
+            Self::String(s) => Value::String(s),
+            Self::Boolean(b) => Value::Bool(b),
+            Self::Integer(i) => Value::from(i),
         }
     }
 
@@ -311,8 +314,8 @@ impl Event {
                 object.insert(name.to_owned(), Value::String(value));
             }
         }
-        for (name, value) in &self.extensions {
-            object.insert(name.clone(), value.to_json());
+        for (name, value) in self.extensions {
+            object.insert(name, value.into_json());
         }
         if let Some(data) = self.data {
             object.insert("data".to_owned(), data);

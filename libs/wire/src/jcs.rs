@@ -5,7 +5,9 @@
 //! does (via `ryu-js`). The input is a `serde_json::Value`; integers beyond ±(2^53−1) have no faithful
 //! double and are refused, as in [`crate::ijson`].
 
-use serde_json::Value;
+use std::io::Write as _;
+
+use serde_json::{Map, Value};
 
 use crate::ijson::{self, JsonError, JsonProblem, MAX_SAFE_INTEGER};
 
@@ -18,13 +20,27 @@ pub fn to_vec(value: &Value) -> Result<Vec<u8>, JsonError> {
 
 /// Appends the canonical bytes of `value` to `out` (what [`to_vec`] returns).
 pub fn write_into(out: &mut Vec<u8>, value: &Value) -> Result<(), JsonError> {
-    write_value(out, value).map_err(|(problem, mut segments)| {
-        segments.reverse();
-        JsonError {
-            problem,
-            path: segments.concat(),
-        }
-    })
+    write_value(out, value).map_err(into_json_error)
+}
+
+/// Appends the canonical bytes of the object `map` holds, as [`write_into`] writes it, without a
+/// `Value` around it.
+pub fn write_object_into(out: &mut Vec<u8>, map: &Map<String, Value>) -> Result<(), JsonError> {
+    write_object(out, map).map_err(into_json_error)
+}
+
+/// Appends the canonical bytes of the array of `items`, as [`write_into`] writes it, without a
+/// `Value` around it.
+pub fn write_array_into(out: &mut Vec<u8>, items: &[Value]) -> Result<(), JsonError> {
+    write_array(out, items).map_err(into_json_error)
+}
+
+fn into_json_error((problem, mut segments): WriteError) -> JsonError {
+    segments.reverse();
+    JsonError {
+        problem,
+        path: segments.concat(),
+    }
 }
 
 /// The order RFC 8785 puts object members in: by the UTF-16 code units of their names.
@@ -59,37 +75,62 @@ fn write_value(out: &mut Vec<u8>, value: &Value) -> Result<(), WriteError> {
         Value::Bool(false) => out.extend_from_slice(b"false"),
         Value::Number(number) => write_number(out, number)?,
         Value::String(text) => write_string(out, text),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                write_value(out, item).map_err(|(p, mut s)| {
-                    s.push(format!("/{index}"));
-                    (p, s)
-                })?;
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_by(|(a, _), (b, _)| key_order(a, b));
-            out.push(b'{');
-            for (index, (key, item)) in members.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                write_string(out, key);
-                out.push(b':');
-                write_value(out, item).map_err(|(p, mut s)| {
-                    s.push(segment(key));
-                    (p, s)
-                })?;
-            }
-            out.push(b'}');
-        }
+        Value::Array(items) => write_array(out, items)?,
+        Value::Object(map) => write_object(out, map)?,
     }
+    Ok(())
+}
+
+fn write_array(out: &mut Vec<u8>, items: &[Value]) -> Result<(), WriteError> {
+    out.push(b'[');
+    for (index, item) in items.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        write_value(out, item).map_err(|(p, mut s)| {
+            s.push(format!("/{index}"));
+            (p, s)
+        })?;
+    }
+    out.push(b']');
+    Ok(())
+}
+
+fn write_object(out: &mut Vec<u8>, map: &Map<String, Value>) -> Result<(), WriteError> {
+    // serde_json's map iterates by key bytes, which is RFC 8785's order whenever the keys are ASCII
+    // (nearly always): then the members are written as they come, without sorting a copy. The order
+    // is checked, not assumed, so another map (`preserve_order`) still sorts.
+    let ordered = map
+        .keys()
+        .zip(map.keys().skip(1))
+        .all(|(a, b)| key_order(a, b).is_lt());
+    if ordered {
+        write_members(out, map.iter())
+    } else {
+        let mut members: Vec<(&String, &Value)> = map.iter().collect();
+        members.sort_by(|(a, _), (b, _)| key_order(a, b));
+        write_members(out, members.into_iter())
+    }
+}
+
+/// An object's members, in the order given.
+fn write_members<'v>(
+    out: &mut Vec<u8>,
+    members: impl Iterator<Item = (&'v String, &'v Value)>,
+) -> Result<(), WriteError> {
+    out.push(b'{');
+    for (index, (key, item)) in members.enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        write_string(out, key);
+        out.push(b':');
+        write_value(out, item).map_err(|(p, mut s)| {
+            s.push(segment(key));
+            (p, s)
+        })?;
+    }
+    out.push(b'}');
     Ok(())
 }
 
@@ -103,8 +144,8 @@ fn write_number(out: &mut Vec<u8>, number: &serde_json::Number) -> Result<(), Wr
                 Vec::new(),
             ));
         }
-        // A safe integer's ECMAScript form is its decimal digits.
-        out.extend_from_slice(i.to_string().as_bytes());
+        // A safe integer's ECMAScript form is its decimal digits. Writing to a `Vec` cannot fail.
+        let _ = write!(out, "{i}");
         return Ok(());
     }
     if let Some(u) = number.as_u64() {

@@ -181,6 +181,24 @@ proptest! {
     }
 
     #[test]
+    fn sealing_the_json_form_equals_sealing_the_event(event in event(false), binary in any::<bool>()) {
+        // What ingest does: the decoded event taken as JSON, the entry written from that value.
+        let mode = if binary { Mode::Binary } else { Mode::Structured };
+        let (headers, payload) = binding::encode(&event, mode).expect("encodes");
+        let decoded = decode(&subject_of(&event), Some(&headers), &payload).expect("decodes");
+        let at = DateTime::<Utc>::from_timestamp(1_700_000_000, 123_000_000).expect("time");
+        let mut entry = toolledger_wire::LedgerEntry::new(decoded, at);
+        let json = entry.event.to_json();
+        let mut ledger = entry.ledger.clone();
+        let (json_digest, json_bytes) = toolledger_wire::LedgerEntry::seal_json(&json, &mut ledger).expect("seals");
+        prop_assert_eq!(toolledger_wire::LedgerEntry::content_digest_json(&json).expect("digests"), json_digest);
+        let (digest, bytes) = entry.seal().expect("seals");
+        prop_assert_eq!(json_digest, digest);
+        prop_assert_eq!(&ledger, &entry.ledger);
+        prop_assert_eq!(json_bytes, bytes);
+    }
+
+    #[test]
     fn scanning_an_entry_reads_what_parsing_it_does(event in event(false), respace in any::<bool>()) {
         let (headers, payload) = binding::encode(&event, Mode::Structured).expect("encodes");
         let decoded = decode(&subject_of(&event), Some(&headers), &payload).expect("decodes");
