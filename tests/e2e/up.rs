@@ -458,19 +458,7 @@ fn up_runs_its_server_with_the_shipped_accounts_and_adopts_an_earlier_store() {
         // The events of the earlier store reach the ledger: ingest, as its own identity, appended them.
         let admin = quick(login_at(&address, "admin", &secret_of("admin")).await);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let ledger = admin
-                .get_stream("ATL_LEDGER")
-                .await
-                .unwrap()
-                .info()
-                .await
-                .unwrap()
-                .state
-                .messages;
-            if ledger >= 5 {
-                break;
-            }
+        while crate::fixture::stream_state(&admin, "ATL_LEDGER").await.messages < 5 {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "the adopted events never reached the ledger"

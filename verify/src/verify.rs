@@ -1165,16 +1165,18 @@ fn check_entry(seq: u64, bytes: &[u8], check_entries: bool, want_payloads: bool)
     let mut findings = Vec::new();
     let mut payloads = None;
     if check_entries {
+        let parsed =
+            || LedgerEntry::parse(bytes).map(|entry| want_payloads.then(|| EntryPayloads::of(&entry)));
         let read = match LedgerEntry::scan_canonical(bytes) {
             Ok(scanned) if want_payloads => EntryPayloads::of_scanned(scanned, bytes).map(Some),
             Ok(_) => Ok(None),
             Err(error) if is_not_canonical(&error) => {
                 findings.push(Finding::EntryNotCanonical { seq });
-                LedgerEntry::parse(bytes).map(|entry| want_payloads.then(|| EntryPayloads::of(&entry)))
+                parsed()
             }
             // The outline refused (it reads less than the parse, but serde has limits of its own,
             // such as nesting): the entry is unreadable only if the parse says so too.
-            Err(_) => LedgerEntry::parse(bytes).map(|entry| want_payloads.then(|| EntryPayloads::of(&entry))),
+            Err(_) => parsed(),
         };
         match read {
             Ok(read) => payloads = read,

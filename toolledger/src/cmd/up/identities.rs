@@ -80,11 +80,7 @@ impl Identities {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         }
-        let wanted = SERVICES
-            .iter()
-            .map(|s| (*s).to_owned())
-            .chain(tenants.iter().map(producer))
-            .chain([JS_KEY.to_owned()]);
+        let wanted = users_of(&tenants).into_iter().chain([JS_KEY.to_owned()]);
         let mut added = false;
         for user in wanted {
             if let std::collections::btree_map::Entry::Vacant(slot) = secrets.entry(user) {
@@ -159,11 +155,7 @@ impl Identities {
 
     /// Every identity's user name: the services, then the producers.
     pub fn users(&self) -> Vec<String> {
-        SERVICES
-            .iter()
-            .map(|s| (*s).to_owned())
-            .chain(self.tenants.iter().map(producer))
-            .collect()
+        users_of(&self.tenants)
     }
 
     /// The tenants with a producer identity.
@@ -175,6 +167,15 @@ impl Identities {
         // Every identity's secret was added by `load_or_create`.
         self.secrets.get(user).map_or("", String::as_str)
     }
+}
+
+/// The services' user names, then the producers' of `tenants`.
+fn users_of(tenants: &[Tenant]) -> Vec<String> {
+    SERVICES
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain(tenants.iter().map(producer))
+        .collect()
 }
 
 /// The producer user of `tenant`, as in the shipped template.
