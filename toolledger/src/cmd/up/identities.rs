@@ -305,6 +305,39 @@ mod tests {
     }
 
     #[test]
+    fn a_hand_edited_secret_that_could_break_the_config_is_refused() {
+        let data = tempfile::tempdir().unwrap();
+        Identities::load_or_create(data.path(), Vec::new()).unwrap();
+        let path = data.path().join("nats-auth/passwords");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let edited = text.replacen("admin=p", "admin=\"x\"\n}\np", 1);
+        std::fs::write(&path, edited).unwrap();
+        let error = Identities::load_or_create(data.path(), Vec::new()).err().unwrap();
+        assert!(error.to_string().contains("not letters and digits"), "{error}");
+    }
+
+    #[test]
+    fn the_global_account_moves_only_when_no_server_may_hold_it() {
+        let data = tempfile::tempdir().unwrap();
+        let store = data.path().join("nats");
+        let global = store.join("jetstream/$G/streams");
+        std::fs::create_dir_all(&global).unwrap();
+        let pid_file = data.path().join("nats-server.pid");
+        // A live process (this one) named by the pid file: refused, nothing moved.
+        std::fs::write(&pid_file, std::process::id().to_string()).unwrap();
+        assert!(adopt_global_account(&store, &pid_file).is_err());
+        assert!(global.is_dir());
+        // No such process: moved.
+        std::fs::write(&pid_file, "999999999").unwrap();
+        assert!(adopt_global_account(&store, &pid_file).unwrap());
+        assert!(store.join("jetstream/LEDGER/streams").is_dir());
+        // Both accounts: left as they are.
+        std::fs::create_dir_all(&global).unwrap();
+        assert!(!adopt_global_account(&store, &pid_file).unwrap());
+        assert!(global.is_dir());
+    }
+
+    #[test]
     fn passwords_are_made_once_and_kept_private() {
         use std::os::unix::fs::PermissionsExt;
         let data = tempfile::tempdir().unwrap();
