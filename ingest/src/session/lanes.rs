@@ -22,7 +22,7 @@
 //! from `known` through what is in hand, which fills the gap and moves `known` past it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use sha2::{Digest, Sha256};
@@ -315,6 +315,14 @@ impl Lane {
     }
 }
 
+/// How recently a lane with nothing in hand must have had a delivery to count as a trickle.
+const TRICKLE: Duration = Duration::from_secs(1);
+
+/// The size of a batch that a backlog shares with a trickle (see [`Lanes::batch`]).
+pub(super) fn shared_batch(max: usize) -> usize {
+    (max / 8).max(1)
+}
+
 /// Deliveries kept while a lane's consumer sequences are not followed: more than a consumer can have
 /// out means they are not worth keeping (raw reads cover what they would have vouched for).
 const MAX_UNFOLLOWED: usize = 16_384;
@@ -343,6 +351,13 @@ impl Lanes {
 
     /// The next batch: each lane that has messages ready gives its share of `max` (the share of a
     /// lane with fewer is spread over the others), in inbound order within the batch.
+    ///
+    /// While a backlog shares the batches with a trickle — a lane holding more than two batches,
+    /// and another holding no more than a shared batch or having had a delivery within [`TRICKLE`]
+    /// — batches are [`shared_batch`]-sized: the trickle's events wait for a few short batches
+    /// rather than a few full ones (each stage of a full batch takes ~100 ms on a busy machine), and
+    /// the backlog pays more per-batch cost (an atomic batch's round trips, the index commit).
+    /// Lanes that all hold about as much (an even load, however heavy) keep full batches.
     pub fn batch(&mut self, max: usize) -> Vec<Item> {
         let mut ready: Vec<&LaneKey> = self
             .lanes
@@ -353,6 +368,13 @@ impl Lanes {
         if ready.is_empty() {
             return Vec::new();
         }
+        let shared = shared_batch(max);
+        let backlog = ready.iter().any(|key| self.lanes[*key].held() > 2 * max);
+        let trickle = self.lanes.values().any(|lane| {
+            let held = lane.held();
+            (held > 0 && held <= shared) || (held == 0 && lane.last_delivery.elapsed() < TRICKLE)
+        });
+        let max = if backlog && trickle { shared } else { max };
         ready.sort();
         let turn = self.turn % ready.len();
         ready.rotate_left(turn);
@@ -602,12 +624,18 @@ mod tests {
         quiet.raw_read(Some(raw("atl.in.quiet.x", 150)));
         lanes.lanes.insert(LaneKey::Tenant("busy".into()), busy);
         lanes.lanes.insert(LaneKey::Tenant("quiet".into()), quiet);
-        // A backlog beside a trickle: the trickle's events go into the next batch.
+        // A backlog beside a trickle: the trickle's events go into the next batch, a short one.
+        assert_eq!(shared_batch(40), 5);
         let batch = lanes.batch(40);
-        assert_eq!(seqs(&batch), (1..=39).chain([150]).collect::<Vec<_>>());
-        // The backlog alone: full batches.
+        assert_eq!(seqs(&batch), (1..=4).chain([150]).collect::<Vec<_>>());
+        // The trickle between events: still short batches.
         let batch = lanes.batch(40);
-        assert_eq!(seqs(&batch), (40..80).collect::<Vec<_>>());
+        assert_eq!(seqs(&batch), (5..10).collect::<Vec<_>>());
+        // The backlog alone, the trickle quiet for longer: full batches.
+        let quiet = lanes.lanes.get_mut(&LaneKey::Tenant("quiet".into())).unwrap();
+        quiet.last_delivery = Instant::now() - 2 * TRICKLE;
+        let batch = lanes.batch(40);
+        assert_eq!(seqs(&batch), (10..50).collect::<Vec<_>>());
         lanes.lanes.remove(&LaneKey::Tenant("quiet".into()));
         // Two backlogs: full batches, shared.
         let mut other = Lane::new();
@@ -617,6 +645,14 @@ mod tests {
         other.raw_read(Some(raw("atl.in.other.x", 200)));
         lanes.lanes.insert(LaneKey::Tenant("other".into()), other);
         let batch = lanes.batch(40);
-        assert_eq!(seqs(&batch), (80..100).chain(200..220).collect::<Vec<_>>());
+        assert_eq!(seqs(&batch), (50..70).chain(200..220).collect::<Vec<_>>());
+        // A trickle beside a backlog that one batch takes whole: one full batch.
+        let mut quiet = Lane::new();
+        quiet.hold(item(350), None);
+        quiet.raw_read(Some(raw("atl.in.quiet.x", 350)));
+        lanes.lanes.remove(&LaneKey::Tenant("other".into()));
+        lanes.lanes.insert(LaneKey::Tenant("quiet".into()), quiet);
+        let batch = lanes.batch(40);
+        assert_eq!(seqs(&batch), (70..=100).chain([350]).collect::<Vec<_>>());
     }
 }
