@@ -926,12 +926,12 @@ pub async fn burst(options: &Options) -> anyhow::Result<Section> {
         )
         .explain_miss(format!(
             "ingest takes the other tenants' events in beside the burst's share of each batch, so \
-             they do not wait for the burst to drain, and while a backlog shares batches with a \
-             trickle it keeps them short (an eighth of a full batch), so each stage takes tens of \
-             milliseconds instead of ~100 ms: the p99 is {during:.0} ms while the burst's producer \
+             they do not wait for the burst to drain, and for the first 10 s of a backlog beside a \
+             trickle the backlog gives each batch only an eighth of a full one, so each stage takes \
+             tens of milliseconds instead of ~100 ms: the p99 is {during:.0} ms while the burst's producer \
              is still publishing and {after_pub:.0} ms after, with ingest still draining the burst. \
              While it publishes, the producer, the nats-server storing and delivering ~40k events/s \
-             and ingest share the machine's {cores} cores; ingest's own wait is at most two short \
+             and ingest share the machine's {cores} cores; ingest's own wait is typically two short \
              batches (a debug log of batch timings puts those at 10–40 ms each), so most of the \
              rest passes before ingest holds the event (this bench does not split it further). \
              (The projector adds {after:.0} ms: it applies the ledger in order, the burst \

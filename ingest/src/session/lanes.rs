@@ -130,6 +130,9 @@ pub(super) struct Lane {
     consumer_created: Option<i128>,
     /// When a delivery last came, or the lane was opened.
     pub last_delivery: Instant,
+    /// When the first delivery of a message not yet batched last came (a new event, not a
+    /// redelivery): what makes the lane a trickle while it holds nothing (see [`Lanes::batch`]).
+    last_arrival: Option<Instant>,
     /// When the deliveries held past `known` were last kept from redelivery.
     pub progressed: Instant,
 }
@@ -145,6 +148,7 @@ impl Lane {
             suspect: None,
             consumer_created: None,
             last_delivery: Instant::now(),
+            last_arrival: None,
             progressed: Instant::now(),
         }
     }
@@ -170,6 +174,9 @@ impl Lane {
         }
         if seq < self.cursor {
             return Some(item);
+        }
+        if delivery.is_some_and(|delivery| delivery.delivered == 1) {
+            self.last_arrival = Some(Instant::now());
         }
         if matches!(item.done, Done::Raw) && self.held.contains_key(&seq) {
             return None;
@@ -283,6 +290,11 @@ impl Lane {
         self.advance();
     }
 
+    /// How many messages held may go into a batch.
+    fn ready(&self) -> usize {
+        self.held.range(..self.known).count()
+    }
+
     /// Whether anything held may go into a batch.
     pub fn runnable(&self) -> bool {
         self.held
@@ -315,12 +327,15 @@ impl Lane {
     }
 }
 
-/// How recently a lane with nothing in hand must have had a delivery to count as a trickle.
+/// How recently a lane with nothing in hand must have had a new event to count as a trickle.
 const TRICKLE: Duration = Duration::from_secs(1);
 
-/// The size of a batch that a backlog shares with a trickle (see [`Lanes::batch`]).
+/// How long a backlog gives only a shared batch's worth to each batch (see [`Lanes::batch`]).
+const SHARED_FOR: Duration = Duration::from_secs(10);
+
+/// What the backlogs give a batch they share with a trickle (see [`Lanes::batch`]).
 pub(super) fn shared_batch(max: usize) -> usize {
-    (max / 8).max(1)
+    (max / 8).max(16)
 }
 
 /// Deliveries kept while a lane's consumer sequences are not followed: more than a consumer can have
@@ -332,6 +347,8 @@ pub(super) struct Lanes {
     pub lanes: HashMap<LaneKey, Lane>,
     /// Where the next batch starts taking lanes from, so no lane is always last.
     turn: usize,
+    /// Since when a backlog has shared batches with a trickle (see [`Lanes::batch`]).
+    shared_since: Option<Instant>,
 }
 
 impl Lanes {
@@ -339,6 +356,7 @@ impl Lanes {
         Self {
             lanes: HashMap::new(),
             turn: 0,
+            shared_since: None,
         }
     }
 
@@ -352,44 +370,69 @@ impl Lanes {
     /// The next batch: each lane that has messages ready gives its share of `max` (the share of a
     /// lane with fewer is spread over the others), in inbound order within the batch.
     ///
-    /// While a backlog shares the batches with a trickle — a lane holding more than two batches,
-    /// and another holding no more than a shared batch or having had a delivery within [`TRICKLE`]
-    /// — batches are [`shared_batch`]-sized: the trickle's events wait for a few short batches
-    /// rather than a few full ones (each stage of a full batch takes ~100 ms on a busy machine), and
-    /// the backlog pays more per-batch cost (an atomic batch's round trips, the index commit).
-    /// Lanes that all hold about as much (an even load, however heavy) keep full batches.
+    /// While a backlog shares the batches with a trickle — a lane with more than two batches ready,
+    /// and another with no more than [`shared_batch`] ready, or nothing held and a new event within
+    /// [`TRICKLE`] — the backlogs together give at most [`shared_batch`] to a batch (125 of 1,000)
+    /// and every other lane its whole share: the trickle's events wait for a few short batches
+    /// rather than a few full ones (each stage of a full batch takes ~100 ms on a busy machine).
+    /// The backlog drains more slowly meanwhile (each batch pays the atomic batch's round trips and
+    /// the index commit), so this lasts [`SHARED_FOR`] at most: a backlog that outlasts it is
+    /// drained in full batches until it is gone. Lanes that all have about as much ready (an even
+    /// load, however heavy) keep full batches.
     pub fn batch(&mut self, max: usize) -> Vec<Item> {
-        let mut ready: Vec<&LaneKey> = self
+        let mut ready: Vec<(&LaneKey, usize)> = self
             .lanes
             .iter()
-            .filter(|(_, lane)| lane.runnable())
-            .map(|(key, _)| key)
+            .map(|(key, lane)| (key, lane.ready()))
+            .filter(|(_, ready)| *ready > 0)
             .collect();
         if ready.is_empty() {
             return Vec::new();
         }
         let shared = shared_batch(max);
-        let backlog = ready.iter().any(|key| self.lanes[*key].held() > 2 * max);
+        let backlog = |ready: usize| ready > 2 * max;
+        let backlogs = ready.iter().filter(|(_, n)| backlog(*n)).count();
         let trickle = self.lanes.values().any(|lane| {
-            let held = lane.held();
-            (held > 0 && held <= shared) || (held == 0 && lane.last_delivery.elapsed() < TRICKLE)
+            let ready = lane.ready();
+            (ready > 0 && ready <= shared)
+                || (lane.held() == 0 && lane.last_arrival.is_some_and(|at| at.elapsed() < TRICKLE))
         });
-        let max = if backlog && trickle { shared } else { max };
+        let capped = if backlogs > 0 && trickle {
+            self.shared_since.get_or_insert_with(Instant::now).elapsed() < SHARED_FOR
+        } else {
+            self.shared_since = None;
+            false
+        };
         ready.sort();
         let turn = self.turn % ready.len();
         ready.rotate_left(turn);
         self.turn = self.turn.wrapping_add(1);
-        let ready: Vec<LaneKey> = ready.into_iter().cloned().collect();
+        // What each lane may give at most: a capped backlog its part of the shared batch.
+        let ready: Vec<(LaneKey, usize)> = ready
+            .into_iter()
+            .map(|(key, n)| {
+                let quota = if capped && backlog(n) {
+                    (shared / backlogs).max(1)
+                } else {
+                    usize::MAX
+                };
+                (key.clone(), quota)
+            })
+            .collect();
+        let mut given: Vec<usize> = vec![0; ready.len()];
         let mut batch = Vec::new();
         let mut open = ready.len();
         while batch.len() < max && open > 0 {
             let share = ((max - batch.len()) / open).max(1);
             open = 0;
-            for key in &ready {
+            for ((key, quota), given) in ready.iter().zip(&mut given) {
                 let lane = self.lanes.get_mut(key).expect("a ready lane");
                 let before = batch.len();
-                lane.take(share.min(max - batch.len()), &mut batch);
-                if batch.len() - before == share && lane.runnable() {
+                let want = share.min(max - batch.len()).min(quota - *given);
+                lane.take(want, &mut batch);
+                let took = batch.len() - before;
+                *given += took;
+                if took == share && *given < *quota && lane.runnable() {
                     open += 1;
                 }
                 if batch.len() == max {
@@ -611,48 +654,92 @@ mod tests {
         assert_eq!(seqs(&batch), vec![5, 9]);
     }
 
+    /// A lane of `tenant` holding `seqs`, first deliveries from consumer sequence 1, all ready.
+    fn lane_of(tenant: &str, seqs: impl IntoIterator<Item = u64>) -> (LaneKey, Lane) {
+        let mut lane = Lane::new();
+        let mut first_seq = None;
+        for (n, seq) in seqs.into_iter().enumerate() {
+            first_seq.get_or_insert(seq);
+            lane.hold(item(seq), first(n as u64 + 1));
+        }
+        let subject = format!("atl.in.{tenant}.x");
+        lane.raw_read(Some(raw(&subject, first_seq.expect("a message"))));
+        (LaneKey::Tenant(tenant.to_owned()), lane)
+    }
+
+    fn ago(duration: Duration) -> Instant {
+        Instant::now()
+            .checked_sub(duration)
+            .expect("a clock older than that")
+    }
+
     #[test]
     fn a_batch_gives_each_ready_lane_its_share_in_inbound_order() {
         let mut lanes = Lanes::new();
-        let mut busy = Lane::new();
-        for seq in 1..=100 {
-            busy.hold(item(seq), first(seq));
-        }
-        busy.raw_read(Some(raw("atl.in.busy.x", 1)));
-        let mut quiet = Lane::new();
-        quiet.hold(item(150), None);
-        quiet.raw_read(Some(raw("atl.in.quiet.x", 150)));
-        lanes.lanes.insert(LaneKey::Tenant("busy".into()), busy);
-        lanes.lanes.insert(LaneKey::Tenant("quiet".into()), quiet);
-        // A backlog beside a trickle: the trickle's events go into the next batch, a short one.
-        assert_eq!(shared_batch(40), 5);
-        let batch = lanes.batch(40);
-        assert_eq!(seqs(&batch), (1..=4).chain([150]).collect::<Vec<_>>());
-        // The trickle between events: still short batches.
-        let batch = lanes.batch(40);
-        assert_eq!(seqs(&batch), (5..10).collect::<Vec<_>>());
-        // The backlog alone, the trickle quiet for longer: full batches.
-        let quiet = lanes.lanes.get_mut(&LaneKey::Tenant("quiet".into())).unwrap();
-        quiet.last_delivery = Instant::now() - 2 * TRICKLE;
-        let batch = lanes.batch(40);
-        assert_eq!(seqs(&batch), (10..50).collect::<Vec<_>>());
-        lanes.lanes.remove(&LaneKey::Tenant("quiet".into()));
+        lanes
+            .lanes
+            .extend([lane_of("busy", 1..=100), lane_of("other", 200..300)]);
         // Two backlogs: full batches, shared.
-        let mut other = Lane::new();
-        for seq in 200..300 {
-            other.hold(item(seq), first(seq - 199));
-        }
-        other.raw_read(Some(raw("atl.in.other.x", 200)));
-        lanes.lanes.insert(LaneKey::Tenant("other".into()), other);
         let batch = lanes.batch(40);
-        assert_eq!(seqs(&batch), (50..70).chain(200..220).collect::<Vec<_>>());
-        // A trickle beside a backlog that one batch takes whole: one full batch.
-        let mut quiet = Lane::new();
-        quiet.hold(item(350), None);
-        quiet.raw_read(Some(raw("atl.in.quiet.x", 350)));
+        assert_eq!(seqs(&batch), (1..=20).chain(200..220).collect::<Vec<_>>());
+        // A backlog with a trickle beside it, but less than two batches ready: full batches.
         lanes.lanes.remove(&LaneKey::Tenant("other".into()));
-        lanes.lanes.insert(LaneKey::Tenant("quiet".into()), quiet);
+        lanes.lanes.extend([lane_of("quiet", [350])]);
         let batch = lanes.batch(40);
-        assert_eq!(seqs(&batch), (70..=100).chain([350]).collect::<Vec<_>>());
+        assert_eq!(seqs(&batch), (21..=59).chain([350]).collect::<Vec<_>>());
+        // One lane alone: full batches.
+        let batch = lanes.batch(40);
+        assert_eq!(seqs(&batch), (60..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_backlog_beside_a_trickle_gives_short_batches_for_a_while() {
+        let max = 80;
+        let shared = shared_batch(max);
+        assert_eq!(shared, 16);
+        let mut lanes = Lanes::new();
+        lanes
+            .lanes
+            .extend([lane_of("busy", 1..=1000), lane_of("quiet", [5000])]);
+        // The trickle's event and the backlog's shared part.
+        let batch = lanes.batch(max);
+        assert_eq!(seqs(&batch), (1..=16).chain([5000]).collect::<Vec<_>>());
+        // Between the trickle's events (a new one within the last second): still short.
+        let batch = lanes.batch(max);
+        assert_eq!(seqs(&batch), (17..=32).collect::<Vec<_>>());
+        // The trickle quiet for longer: full batches.
+        let quiet = LaneKey::Tenant("quiet".into());
+        lanes.lanes.get_mut(&quiet).unwrap().last_arrival = Some(ago(2 * TRICKLE));
+        let batch = lanes.batch(max);
+        assert_eq!(seqs(&batch), (33..113).collect::<Vec<_>>());
+        // A redelivery of the trickle's batched event is no new event.
+        let late = lanes.lanes.get_mut(&quiet).unwrap().hold(item(5000), first(2));
+        assert!(late.is_some());
+        let batch = lanes.batch(max);
+        assert_eq!(seqs(&batch), (113..193).collect::<Vec<_>>());
+        // Many trickles: each gives all it has, the backlog still its shared part.
+        for n in 0..40 {
+            lanes.lanes.extend([lane_of(&format!("t{n}"), [6000 + n])]);
+        }
+        let batch = lanes.batch(max);
+        assert_eq!(seqs(&batch), (193..209).chain(6000..6040).collect::<Vec<_>>());
+        // Two backlogs beside a trickle share the shared part.
+        lanes
+            .lanes
+            .extend([lane_of("heavy", 10_000..10_500), lane_of("drip", [20_000])]);
+        let batch = lanes.batch(max);
+        assert_eq!(
+            seqs(&batch),
+            (209..217)
+                .chain(10_000..10_008)
+                .chain([20_000])
+                .collect::<Vec<_>>()
+        );
+        // A backlog that outlasts the while: full batches, though a trickle is there.
+        lanes.shared_since = Some(ago(SHARED_FOR));
+        lanes.lanes.extend([lane_of("drop", [30_000])]);
+        let batch = lanes.batch(max);
+        assert_eq!(batch.len(), max);
+        assert!(seqs(&batch).contains(&30_000));
     }
 }
