@@ -106,7 +106,12 @@ CREATE INDEX invocations_by_tenant ON invocations (tenant, first_seq);
 CREATE INDEX invocations_by_session ON invocations (tenant, session_id, first_seq);
 CREATE INDEX invocations_by_tool ON invocations (tenant, tool_id, first_seq);
 CREATE INDEX invocations_by_state ON invocations (tenant, state, first_seq);
-CREATE INDEX invocations_by_retry ON invocations (tenant, retry_of);
+-- Reconstruct lists an invocation's retries in order: without first_seq here, SQLite (no ANALYZE
+-- statistics) chose invocations_by_tenant for the order and filtered the whole tenant: 279 ms at
+-- 1M entries against 0.05 ms.
+CREATE INDEX invocations_by_retry ON invocations (tenant, retry_of, first_seq);
+-- An admin's reconstruct without a tenant finds the invocation by id alone (a scan otherwise).
+CREATE INDEX invocations_by_id ON invocations (invocation_id, tenant);
 
 -- Every state change, with the event that caused it.
 CREATE TABLE invocation_transitions (

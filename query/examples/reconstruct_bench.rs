@@ -14,6 +14,11 @@
 //!    indexed lookup of its `invocations` row and its `events` rows — and (b) by
 //!    `toolledger_query::reconstruct` (every table, diffs, retry guidance; no payload fetch).
 //!    Prints p50/p99 of each per run, the spread over runs, and the ratio to the baseline.
+//! 4. In the same runs, the lists the web view pages through, each for random samples: the first
+//!    page of `GET /v1/sessions?tenant=…&limit=20` (`listing::sessions`), the same filtered by a
+//!    tool and a state, and the tool/state-filtered invocation list
+//!    `GET /v1/invocations?tenant=…&tool_id=…&status=…&limit=50` (`listing::search`): the query
+//!    functions serve calls, on its read-only connections, without HTTP.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)] // a benchmark: a panic is the report of failure
 
@@ -27,6 +32,8 @@ use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::entry_bytes;
 
 const SAMPLES: usize = 1000;
+/// Reads of each list per run.
+const LIST_SAMPLES: usize = 300;
 const RUNS: usize = 3;
 
 /// Generated entries, a chunk (one seed) at a time, made on their own thread so generation and
@@ -120,6 +127,21 @@ fn main() {
             .unwrap()
     };
     sample.sort();
+    // A fixed random sample of (tenant, tool, state) as the web view filters by.
+    let filters: Vec<(String, String, String)> = {
+        let mut statement = store
+            .connection()
+            .prepare(
+                "SELECT tenant, tool_id, state FROM invocations WHERE tool_id IS NOT NULL \
+                 ORDER BY random() LIMIT ?1",
+            )
+            .unwrap();
+        statement
+            .query_map([LIST_SAMPLES as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
 
     // The steady writer.
     let stop = Arc::new(AtomicBool::new(false));
@@ -150,6 +172,7 @@ fn main() {
     let reader = toolledger_query::Reader::new(dir.path());
     let load_started = Instant::now();
     let mut phases = Vec::new();
+    let mut lists: Vec<(&str, Vec<(f64, f64)>)> = LISTS.iter().map(|list| (*list, Vec::new())).collect();
     // One phase since the projector indexes permission requests by invocation (this benchmark found
     // the missing index: reconstruct p50 25 ms -> 0.18 ms at 400k entries); a second phase that
     // created the index under the live writer locked it out.
@@ -208,6 +231,26 @@ fn main() {
             );
             baseline_runs.push(b);
             reconstruct_runs.push(f);
+            for (list, runs) in lists.iter_mut() {
+                let mut latencies = Vec::with_capacity(filters.len());
+                // An invocation sampled before the writer moved it on may match nothing now.
+                let mut empty = 0;
+                for (tenant, tool, state) in &filters {
+                    let t = Instant::now();
+                    let items = reader
+                        .read_blocking(|conn| list_read(conn, list, tenant, tool, state))
+                        .unwrap();
+                    latencies.push(t.elapsed().as_secs_f64() * 1e3);
+                    empty += usize::from(items == 0);
+                }
+                latencies.sort_by(f64::total_cmp);
+                let l = (percentile(&latencies, 50.0), percentile(&latencies, 99.0));
+                println!(
+                    "run {run}: {list} p50 {:.3} ms p99 {:.3} ms ({empty} empty pages)",
+                    l.0, l.1
+                );
+                runs.push(l);
+            }
         }
         phases.push((phase, baseline_runs, reconstruct_runs));
     }
@@ -246,4 +289,62 @@ fn main() {
             f.1 / b.1
         );
     }
+    for (list, runs) in &lists {
+        report(&format!("  {list} ({} filters a run)", filters.len()), runs);
+    }
+}
+
+/// The lists measured, by name.
+const LISTS: [&str; 3] = [
+    "sessions, first page of 20",
+    "sessions with a tool's invocations in a state, first page of 20",
+    "invocations of a tool in a state, first page of 50",
+];
+
+/// Reads the first page of `list` for the filter; returns how many items it holds.
+fn list_read(
+    conn: &rusqlite::Connection,
+    list: &str,
+    tenant: &str,
+    tool: &str,
+    state: &str,
+) -> toolledger_query::Result<usize> {
+    use toolledger_query::listing::{SearchFilter, SessionFilter, search, sessions};
+    let tenant = Some(tenant.to_owned());
+    Ok(match list {
+        "sessions, first page of 20" => sessions(
+            conn,
+            &SessionFilter {
+                tenant,
+                limit: 20,
+                ..Default::default()
+            },
+        )?
+        .items
+        .len(),
+        "sessions with a tool's invocations in a state, first page of 20" => sessions(
+            conn,
+            &SessionFilter {
+                tenant,
+                tool_id: Some(tool.to_owned()),
+                status: Some(state.to_owned()),
+                limit: 20,
+                ..Default::default()
+            },
+        )?
+        .items
+        .len(),
+        _ => search(
+            conn,
+            &SearchFilter {
+                tenant,
+                tool_id: Some(tool.to_owned()),
+                status: Some(state.to_owned()),
+                limit: 50,
+                ..Default::default()
+            },
+        )?
+        .items
+        .len(),
+    })
 }

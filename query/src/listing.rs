@@ -490,6 +490,10 @@ pub enum PlannedRead<'a> {
     Counts(&'a SearchFilter, GroupBy),
     /// [`crate::stats()`].
     Stats(&'a crate::stats::StatsFilter),
+    /// [`crate::reconstruct()`] finding an invocation by id alone (an admin's, without a tenant).
+    InvocationById(&'a str),
+    /// [`crate::reconstruct()`] listing an invocation's retries: (tenant, invocation id).
+    Retries(&'a str, &'a str),
 }
 
 /// The plan SQLite chooses for a read: its `EXPLAIN QUERY PLAN` lines, each indented two spaces per
@@ -501,6 +505,14 @@ pub fn query_plan(conn: &Connection, read: PlannedRead<'_>) -> Result<Vec<String
         PlannedRead::Search(filter) => search_statement(filter)?,
         PlannedRead::Counts(filter, group_by) => counts_statement(filter, group_by)?,
         PlannedRead::Stats(filter) => crate::stats::statement(filter)?,
+        PlannedRead::InvocationById(id) => Statement {
+            sql: crate::reconstruct::INVOCATION_BY_ID.to_owned(),
+            values: vec![Sql::Text(id.to_owned())],
+        },
+        PlannedRead::Retries(tenant, id) => Statement {
+            sql: crate::reconstruct::RETRIES.to_owned(),
+            values: vec![Sql::Text(tenant.to_owned()), Sql::Text(id.to_owned())],
+        },
     };
     let mut prepared = conn
         .prepare(&format!("EXPLAIN QUERY PLAN {}", statement.sql))

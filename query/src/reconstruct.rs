@@ -241,6 +241,13 @@ const INPUTS: [&str; 4] = [
     "call_input",
 ];
 
+/// The tenants holding an invocation id (an admin's reconstruct names none); `invocations_by_id`.
+pub(crate) const INVOCATION_BY_ID: &str = "SELECT tenant FROM invocations WHERE invocation_id = ?1 LIMIT 2";
+
+/// An invocation's retries, in order; `invocations_by_retry`.
+pub(crate) const RETRIES: &str =
+    "SELECT invocation_id FROM invocations WHERE tenant = ?1 AND retry_of = ?2 ORDER BY first_seq";
+
 /// Reconstructs `invocation_id`. With `tenant` `None` (admin) the id must be unique across tenants.
 pub fn reconstruct(conn: &Connection, tenant: Option<&str>, invocation_id: &str) -> Result<Reconstruction> {
     crate::params::id("invocation_id", invocation_id)?;
@@ -254,7 +261,7 @@ pub fn reconstruct(conn: &Connection, tenant: Option<&str>, invocation_id: &str)
             .sql("find invocation")?
             .collect::<rusqlite::Result<Vec<_>>>(),
         None => conn
-            .prepare_cached("SELECT tenant FROM invocations WHERE invocation_id = ?1 LIMIT 2")
+            .prepare_cached(INVOCATION_BY_ID)
             .sql("find invocation")?
             .query_map(params![invocation_id], |r| r.get::<_, String>(0))
             .sql("find invocation")?
@@ -420,9 +427,7 @@ pub fn reconstruct(conn: &Connection, tenant: Option<&str>, invocation_id: &str)
         by_invocation,
     )?;
     let retried_by = conn
-        .prepare_cached(
-            "SELECT invocation_id FROM invocations WHERE tenant = ?1 AND retry_of = ?2 ORDER BY first_seq",
-        )
+        .prepare_cached(RETRIES)
         .sql("retries")?
         .query_map(by_invocation, |r| r.get::<_, String>(0))
         .sql("retries")?

@@ -384,6 +384,16 @@ fn scans_a_table(line: &str) -> bool {
 }
 
 #[test]
+fn scans_a_table_names_whole_table_reads() {
+    assert!(scans_a_table(
+        "SCAN invocations USING COVERING INDEX sqlite_autoindex_invocations_1"
+    ));
+    assert!(!scans_a_table(
+        "SEARCH invocations USING INDEX invocations_by_id (invocation_id=?)"
+    ));
+}
+
+#[test]
 fn the_lists_and_counts_the_web_view_reads_use_an_index_and_never_sort() {
     let fixture = Fixture::new();
     let tenant = || Some(ACME.to_owned());
@@ -541,6 +551,20 @@ fn the_lists_and_counts_the_web_view_reads_use_an_index_and_never_sort() {
             PlannedRead::Stats(&stats_tool),
             true,
             "SEARCH i USING INDEX invocations_by_tool (tenant=? AND tool_id=?)",
+        ),
+        // Reconstruct's: without first_seq in invocations_by_retry, SQLite chose the tenant's
+        // index for the order and filtered every invocation of the tenant (279 ms at 1M entries).
+        (
+            "an invocation's retries",
+            PlannedRead::Retries(ACME, "inv-1"),
+            true,
+            "SEARCH invocations USING INDEX invocations_by_retry (tenant=? AND retry_of=?)",
+        ),
+        (
+            "an invocation by id alone",
+            PlannedRead::InvocationById("inv-1"),
+            true,
+            "SEARCH invocations USING COVERING INDEX invocations_by_id (invocation_id=?)",
         ),
     ];
     let mut report = String::new();
