@@ -292,7 +292,8 @@ impl Lane {
 
     /// How many messages held may go into a batch.
     fn ready(&self) -> usize {
-        self.held.range(..self.known).count()
+        // What is held past `known` is usually nothing: count that side.
+        self.held.len() - self.held.range(self.known..).count()
     }
 
     /// Whether anything held may go into a batch.
@@ -333,7 +334,11 @@ const TRICKLE: Duration = Duration::from_secs(1);
 /// How long a backlog gives only a shared batch's worth to each batch (see [`Lanes::batch`]).
 const SHARED_FOR: Duration = Duration::from_secs(10);
 
-/// What the backlogs give a batch they share with a trickle (see [`Lanes::batch`]).
+/// How long no lane must have had a backlog before a new one shares batches again.
+const BACKLOG_GONE: Duration = Duration::from_secs(5);
+
+/// What the backlogs give a batch they share with a trickle (see [`Lanes::batch`]): an eighth, and
+/// at least 16 (below 128 a batch is short anyway; below 16 nothing is capped).
 pub(super) fn shared_batch(max: usize) -> usize {
     (max / 8).max(16)
 }
@@ -349,6 +354,8 @@ pub(super) struct Lanes {
     turn: usize,
     /// Since when a backlog has shared batches with a trickle (see [`Lanes::batch`]).
     shared_since: Option<Instant>,
+    /// When a lane last had a backlog.
+    last_backlog: Option<Instant>,
 }
 
 impl Lanes {
@@ -357,6 +364,7 @@ impl Lanes {
             lanes: HashMap::new(),
             turn: 0,
             shared_since: None,
+            last_backlog: None,
         }
     }
 
@@ -372,37 +380,40 @@ impl Lanes {
     ///
     /// While a backlog shares the batches with a trickle — a lane with more than two batches ready,
     /// and another with no more than [`shared_batch`] ready, or nothing held and a new event within
-    /// [`TRICKLE`] — the backlogs together give at most [`shared_batch`] to a batch (125 of 1,000)
-    /// and every other lane its whole share: the trickle's events wait for a few short batches
-    /// rather than a few full ones (each stage of a full batch takes ~100 ms on a busy machine).
-    /// The backlog drains more slowly meanwhile (each batch pays the atomic batch's round trips and
-    /// the index commit), so this lasts [`SHARED_FOR`] at most: a backlog that outlasts it is
-    /// drained in full batches until it is gone. Lanes that all have about as much ready (an even
-    /// load, however heavy) keep full batches.
+    /// [`TRICKLE`] — each backlog gives a batch only its part of [`shared_batch`] (125 of 1,000;
+    /// at least one each) and every other lane its whole share: the trickle's events wait for a few
+    /// short batches rather than a few full ones (each stage of a full batch takes ~100 ms on a busy
+    /// machine). The backlog drains more slowly meanwhile (each batch pays the atomic batch's round
+    /// trips and the index commit), so this lasts [`SHARED_FOR`] at most: a backlog that outlasts
+    /// it is drained in full batches until no lane has had a backlog for [`BACKLOG_GONE`] (a
+    /// trickle that pauses, or a backlog that dips below two batches between batches, does not
+    /// start the while again). Lanes that all have about as much ready (an even load, however
+    /// heavy) keep full batches.
     pub fn batch(&mut self, max: usize) -> Vec<Item> {
-        let mut ready: Vec<(&LaneKey, usize)> = self
-            .lanes
-            .iter()
-            .map(|(key, lane)| (key, lane.ready()))
-            .filter(|(_, ready)| *ready > 0)
-            .collect();
+        let shared = shared_batch(max);
+        let mut trickle = false;
+        let mut ready: Vec<(&LaneKey, usize)> = Vec::new();
+        for (key, lane) in &self.lanes {
+            let n = lane.ready();
+            trickle |= (n > 0 && n <= shared)
+                || (lane.held() == 0 && lane.last_arrival.is_some_and(|at| at.elapsed() < TRICKLE));
+            if n > 0 {
+                ready.push((key, n));
+            }
+        }
         if ready.is_empty() {
             return Vec::new();
         }
-        let shared = shared_batch(max);
         let backlog = |ready: usize| ready > 2 * max;
         let backlogs = ready.iter().filter(|(_, n)| backlog(*n)).count();
-        let trickle = self.lanes.values().any(|lane| {
-            let ready = lane.ready();
-            (ready > 0 && ready <= shared)
-                || (lane.held() == 0 && lane.last_arrival.is_some_and(|at| at.elapsed() < TRICKLE))
-        });
-        let capped = if backlogs > 0 && trickle {
-            self.shared_since.get_or_insert_with(Instant::now).elapsed() < SHARED_FOR
-        } else {
+        if backlogs > 0 {
+            self.last_backlog = Some(Instant::now());
+        } else if self.last_backlog.is_none_or(|at| at.elapsed() >= BACKLOG_GONE) {
             self.shared_since = None;
-            false
-        };
+        }
+        let capped = backlogs > 0
+            && trickle
+            && self.shared_since.get_or_insert_with(Instant::now).elapsed() < SHARED_FOR;
         ready.sort();
         let turn = self.turn % ready.len();
         ready.rotate_left(turn);
@@ -682,7 +693,7 @@ mod tests {
         // Two backlogs: full batches, shared.
         let batch = lanes.batch(40);
         assert_eq!(seqs(&batch), (1..=20).chain(200..220).collect::<Vec<_>>());
-        // A backlog with a trickle beside it, but less than two batches ready: full batches.
+        // A backlog with a trickle beside it, but no more than two batches ready: full batches.
         lanes.lanes.remove(&LaneKey::Tenant("other".into()));
         lanes.lanes.extend([lane_of("quiet", [350])]);
         let batch = lanes.batch(40);
@@ -741,5 +752,86 @@ mod tests {
         let batch = lanes.batch(max);
         assert_eq!(batch.len(), max);
         assert!(seqs(&batch).contains(&30_000));
+    }
+
+    #[test]
+    fn only_new_events_ready_to_go_make_a_trickle() {
+        let max = 80;
+        let mut lanes = Lanes::new();
+        let mut again = Lane::new();
+        again.hold(
+            item(5000),
+            Some(Delivery {
+                consumer_seq: 1,
+                delivered: 2,
+            }),
+        );
+        again.raw_read(Some(raw("atl.in.again.x", 5000)));
+        lanes.lanes.extend([lane_of("busy", 1..=1000)]);
+        lanes.lanes.insert(LaneKey::Tenant("again".into()), again);
+        // One message ready: a trickle while it waits.
+        let batch = lanes.batch(max);
+        assert_eq!(seqs(&batch), (1..=16).chain([5000]).collect::<Vec<_>>());
+        // Taken, it was a redelivery, no new event: no trickle.
+        let batch = lanes.batch(max);
+        assert_eq!(seqs(&batch), (17..=96).collect::<Vec<_>>());
+        // A lane just opened, with nothing yet: no trickle.
+        lanes.lanes.insert(LaneKey::Tenant("new".into()), Lane::new());
+        let batch = lanes.batch(max);
+        assert_eq!(seqs(&batch), (97..=176).collect::<Vec<_>>());
+        // Messages held past `known` (waiting for a raw read) are not ready: neither a trickle nor a
+        // backlog of their lane.
+        let mut gap = Lane::new();
+        for seq in 7000..7500 {
+            gap.hold(item(seq), first(seq - 6999));
+        }
+        gap.last_arrival = Some(ago(2 * TRICKLE));
+        lanes.lanes.insert(LaneKey::Tenant("gap".into()), gap);
+        assert_eq!(lanes.lanes[&LaneKey::Tenant("gap".into())].ready(), 0);
+        let batch = lanes.batch(max);
+        assert_eq!(seqs(&batch), (177..=256).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_while_of_short_batches_starts_again_only_after_the_backlog_is_gone() {
+        let max = 80;
+        let quiet = LaneKey::Tenant("quiet".into());
+        let mut lanes = Lanes::new();
+        lanes
+            .lanes
+            .extend([lane_of("busy", 1..=2000), lane_of("quiet", [9000])]);
+        assert_eq!(lanes.batch(max).len(), 17);
+        // The while is over: full batches beside the trickle.
+        lanes.shared_since = Some(ago(SHARED_FOR));
+        assert_eq!(lanes.batch(max).len(), max);
+        // The trickle pauses for a batch, then sends again: still full batches.
+        lanes.lanes.get_mut(&quiet).unwrap().last_arrival = Some(ago(2 * TRICKLE));
+        assert_eq!(lanes.batch(max).len(), max);
+        lanes.lanes.extend([lane_of("quiet", [9001])]);
+        let batch = lanes.batch(max);
+        assert_eq!(batch.len(), max);
+        assert!(seqs(&batch).contains(&9001));
+        // The backlog dips below two batches for a batch: still full batches after it.
+        let busy = LaneKey::Tenant("busy".into());
+        let parked = lanes.lanes.remove(&busy).unwrap();
+        lanes
+            .lanes
+            .extend([lane_of("busy", 3000..3100), lane_of("quiet", [9002])]);
+        assert_eq!(lanes.batch(max).len(), max);
+        lanes.lanes.insert(busy.clone(), parked);
+        lanes.lanes.extend([lane_of("quiet", [9003])]);
+        assert_eq!(lanes.batch(max).len(), max);
+        // No backlog for long enough: a new backlog beside the trickle gets short batches again.
+        lanes.lanes.remove(&busy);
+        lanes.last_backlog = Some(ago(BACKLOG_GONE));
+        lanes.lanes.extend([lane_of("quiet", [9004])]);
+        assert_eq!(lanes.batch(max).len(), 1);
+        lanes
+            .lanes
+            .extend([lane_of("busy", 10_000..11_000), lane_of("quiet", [9005])]);
+        assert_eq!(
+            seqs(&lanes.batch(max)),
+            [9005].into_iter().chain(10_000..10_016).collect::<Vec<_>>()
+        );
     }
 }
