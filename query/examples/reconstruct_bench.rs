@@ -172,7 +172,7 @@ fn main() {
     let reader = toolledger_query::Reader::new(dir.path());
     let load_started = Instant::now();
     let mut phases = Vec::new();
-    let mut lists: Vec<(&str, Vec<(f64, f64)>)> = LISTS.iter().map(|list| (*list, Vec::new())).collect();
+    let mut lists: Vec<(List, Vec<(f64, f64)>)> = LISTS.iter().map(|list| (*list, Vec::new())).collect();
     // One phase since the projector indexes permission requests by invocation (this benchmark found
     // the missing index: reconstruct p50 25 ms -> 0.18 ms at 400k entries); a second phase that
     // created the index under the live writer locked it out.
@@ -238,7 +238,7 @@ fn main() {
                 for (tenant, tool, state) in &filters {
                     let t = Instant::now();
                     let items = reader
-                        .read_blocking(|conn| list_read(conn, list, tenant, tool, state))
+                        .read_blocking(|conn| list.read(conn, tenant, tool, state))
                         .unwrap();
                     latencies.push(t.elapsed().as_secs_f64() * 1e3);
                     empty += usize::from(items == 0);
@@ -246,8 +246,10 @@ fn main() {
                 latencies.sort_by(f64::total_cmp);
                 let l = (percentile(&latencies, 50.0), percentile(&latencies, 99.0));
                 println!(
-                    "run {run}: {list} p50 {:.3} ms p99 {:.3} ms ({empty} empty pages)",
-                    l.0, l.1
+                    "run {run}: {} p50 {:.3} ms p99 {:.3} ms ({empty} empty pages)",
+                    list.name(),
+                    l.0,
+                    l.1
                 );
                 runs.push(l);
             }
@@ -290,61 +292,73 @@ fn main() {
         );
     }
     for (list, runs) in &lists {
-        report(&format!("  {list} ({} filters a run)", filters.len()), runs);
+        report(
+            &format!("  {} ({} filters a run)", list.name(), filters.len()),
+            runs,
+        );
     }
 }
 
-/// The lists measured, by name.
-const LISTS: [&str; 3] = [
-    "sessions, first page of 20",
-    "sessions with a tool's invocations in a state, first page of 20",
-    "invocations of a tool in a state, first page of 50",
+/// The lists measured.
+#[derive(Debug, Clone, Copy)]
+enum List {
+    Sessions,
+    SessionsOfToolInState,
+    InvocationsOfToolInState,
+}
+
+const LISTS: [List; 3] = [
+    List::Sessions,
+    List::SessionsOfToolInState,
+    List::InvocationsOfToolInState,
 ];
 
-/// Reads the first page of `list` for the filter; returns how many items it holds.
-fn list_read(
-    conn: &rusqlite::Connection,
-    list: &str,
-    tenant: &str,
-    tool: &str,
-    state: &str,
-) -> toolledger_query::Result<usize> {
-    use toolledger_query::listing::{SearchFilter, SessionFilter, search, sessions};
-    let tenant = Some(tenant.to_owned());
-    Ok(match list {
-        "sessions, first page of 20" => sessions(
-            conn,
-            &SessionFilter {
+impl List {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Sessions => "sessions, first page of 20",
+            Self::SessionsOfToolInState => "sessions with a tool's invocations in a state, first page of 20",
+            Self::InvocationsOfToolInState => "invocations of a tool in a state, first page of 50",
+        }
+    }
+
+    /// Reads the list's first page for the filter; returns how many items it holds.
+    fn read(
+        self,
+        conn: &rusqlite::Connection,
+        tenant: &str,
+        tool: &str,
+        state: &str,
+    ) -> toolledger_query::Result<usize> {
+        use toolledger_query::listing::{SearchFilter, SessionFilter, search, sessions};
+        let tenant = Some(tenant.to_owned());
+        let (tool_id, status) = (Some(tool.to_owned()), Some(state.to_owned()));
+        let sessions_of = |filter| Ok(sessions(conn, &filter)?.items.len());
+        match self {
+            Self::Sessions => sessions_of(SessionFilter {
                 tenant,
                 limit: 20,
                 ..Default::default()
-            },
-        )?
-        .items
-        .len(),
-        "sessions with a tool's invocations in a state, first page of 20" => sessions(
-            conn,
-            &SessionFilter {
+            }),
+            Self::SessionsOfToolInState => sessions_of(SessionFilter {
                 tenant,
-                tool_id: Some(tool.to_owned()),
-                status: Some(state.to_owned()),
+                tool_id,
+                status,
                 limit: 20,
                 ..Default::default()
-            },
-        )?
-        .items
-        .len(),
-        _ => search(
-            conn,
-            &SearchFilter {
-                tenant,
-                tool_id: Some(tool.to_owned()),
-                status: Some(state.to_owned()),
-                limit: 50,
-                ..Default::default()
-            },
-        )?
-        .items
-        .len(),
-    })
+            }),
+            Self::InvocationsOfToolInState => Ok(search(
+                conn,
+                &SearchFilter {
+                    tenant,
+                    tool_id,
+                    status,
+                    limit: 50,
+                    ..Default::default()
+                },
+            )?
+            .items
+            .len()),
+        }
+    }
 }

@@ -418,32 +418,30 @@ impl Lanes {
         let turn = self.turn % ready.len();
         ready.rotate_left(turn);
         self.turn = self.turn.wrapping_add(1);
-        // What each lane may give at most: a capped backlog its part of the shared batch.
-        let ready: Vec<(LaneKey, usize)> = ready
+        // What each lane may still give: a capped backlog its part of the shared batch.
+        let mut ready: Vec<(LaneKey, usize)> = ready
             .into_iter()
             .map(|(key, n)| {
-                let quota = if capped && backlog(n) {
+                let left = if capped && backlog(n) {
                     (shared / backlogs).max(1)
                 } else {
                     usize::MAX
                 };
-                (key.clone(), quota)
+                (key.clone(), left)
             })
             .collect();
-        let mut given: Vec<usize> = vec![0; ready.len()];
         let mut batch = Vec::new();
         let mut open = ready.len();
         while batch.len() < max && open > 0 {
             let share = ((max - batch.len()) / open).max(1);
             open = 0;
-            for ((key, quota), given) in ready.iter().zip(&mut given) {
+            for (key, left) in &mut ready {
                 let lane = self.lanes.get_mut(key).expect("a ready lane");
                 let before = batch.len();
-                let want = share.min(max - batch.len()).min(quota - *given);
-                lane.take(want, &mut batch);
+                lane.take(share.min(max - batch.len()).min(*left), &mut batch);
                 let took = batch.len() - before;
-                *given += took;
-                if took == share && *given < *quota && lane.runnable() {
+                *left -= took;
+                if took == share && *left > 0 && lane.runnable() {
                     open += 1;
                 }
                 if batch.len() == max {
