@@ -339,3 +339,29 @@ fn parse_ref(inner: &Value, path: String) -> Result<UploadRef> {
         content_type,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn holds_uploads_agrees_with_find_uploads() {
+        let sha = "0".repeat(64);
+        let good =
+            json!({"$upload": {"bucket": "ATL_PAYLOADS_acme", "name": "e/c", "sha256": sha, "size": 5}});
+        let events = [
+            json!({"id": "no-data"}),
+            json!({"data": {"text": "plain", "n": [1, {"a": null}]}}),
+            json!({"data": {"content": good}}),
+            json!({"data": {"items": [1, {"deep": [good]}]}}),
+            json!({"data": {"bad": {"$upload": "not an object"}}}),
+            json!({"data": {"not_a_ref": {"$upload": good["$upload"], "other": 1}}}),
+            json!({"$upload": {"outside": "data"}, "data": {}}),
+        ];
+        for event in &events {
+            let none = UploadCollector::find_uploads(event).is_ok_and(|found| found.is_empty());
+            assert_eq!(UploadCollector::holds_uploads(event), !none, "{event}");
+        }
+    }
+}
