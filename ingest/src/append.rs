@@ -46,6 +46,7 @@ use async_nats::jetstream::{
 use bytes::Bytes;
 use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
 use toolledger_merkle::{Hash, leaf_hash};
+use toolledger_wire::partition::Partition;
 
 use crate::{Error, Result};
 
@@ -99,6 +100,9 @@ pub struct Appender {
     /// Random per appender, so batch ids never repeat across writers or restarts.
     batch_prefix: String,
     batches: u64,
+    /// The subject prefix of a partition after p0 (`atl.p1.ledger`), which replaces `atl.ledger` in
+    /// the subjects the pipeline gives its entries.
+    subject_prefix: Option<String>,
 }
 
 impl Appender {
@@ -124,7 +128,27 @@ impl Appender {
             mode,
             batch_prefix: toolledger_wire::entry::hex(&nonce),
             batches: 0,
+            subject_prefix: None,
         })
+    }
+
+    /// An appender to a partition's ledger stream ([`Appender::open`] for p0). The pipeline gives
+    /// entries the single-ledger subjects (`atl.ledger.<tenant>.<class>`); this appender publishes
+    /// them under the partition's prefix (`atl.p1.ledger.<tenant>.<class>`).
+    pub async fn open_partition(js: jetstream::Context, partition: Partition) -> Result<Self> {
+        let mut appender = Self::open(js, &partition.stream()).await?;
+        if partition != Partition::ZERO {
+            appender.subject_prefix = Some(partition.subject_prefix());
+        }
+        Ok(appender)
+    }
+
+    /// Where `entry` is published on this appender's stream.
+    fn subject(&self, entry: &PendingEntry) -> String {
+        match (&self.subject_prefix, entry.subject.strip_prefix("atl.ledger.")) {
+            (Some(prefix), Some(rest)) => format!("{prefix}.{rest}"),
+            _ => entry.subject.clone(),
+        }
     }
 
     /// The last sequence this appender knows to be in the ledger.
@@ -214,11 +238,18 @@ impl Appender {
         let client = self.js.client();
         let (last, opening) = batch.split_last().expect("a batch has an entry");
         if !opening.is_empty() {
-            let reply = request(&client, &opening[0], headers(0), first_seq).await?;
+            let reply = request(
+                &client,
+                self.subject(&opening[0]),
+                &opening[0],
+                headers(0),
+                first_seq,
+            )
+            .await?;
             batch_reply(&reply, first_seq, Step::Open)?;
             for (k, entry) in opening.iter().enumerate().skip(1) {
                 client
-                    .publish_with_headers(entry.subject.clone(), headers(k), entry.bytes.clone())
+                    .publish_with_headers(self.subject(entry), headers(k), entry.bytes.clone())
                     .await
                     .map_err(|e| Error::Append {
                         seq: first_seq + k as u64,
@@ -229,7 +260,7 @@ impl Appender {
         // The commit is a core request too, so a refusal reads the same whichever message carries it
         // (a batch of one is opened and committed by the same message).
         let seq = self.last_seq + batch.len() as u64;
-        let reply = request(&client, last, headers(batch.len() - 1), seq).await?;
+        let reply = request(&client, self.subject(last), last, headers(batch.len() - 1), seq).await?;
         batch_reply(&reply, seq, Step::Commit)
     }
 
@@ -247,7 +278,7 @@ impl Appender {
             }
             let ack = self
                 .js
-                .send_publish(entry.subject.clone(), publish)
+                .send_publish(self.subject(entry), publish)
                 .await
                 .map_err(|e| publish_error(self.last_seq + i as u64 + 1, &e.kind(), &e))?;
             acks.push(ack);
@@ -307,12 +338,13 @@ async fn acked_at(ack: jetstream::context::PublishAckFuture, seq: u64) -> Result
 /// A batch message sent as a core request (requests time out after the client's 10 s, as acks do).
 async fn request(
     client: &async_nats::Client,
+    subject: String,
     entry: &PendingEntry,
     headers: HeaderMap,
     seq: u64,
 ) -> Result<Bytes> {
     client
-        .request_with_headers(entry.subject.clone(), headers, entry.bytes.clone())
+        .request_with_headers(subject, headers, entry.bytes.clone())
         .await
         .map(|reply| reply.payload)
         .map_err(|e| match e.kind() {

@@ -31,7 +31,7 @@ use toolledger_merkle::{
 use toolledger_wire::entry::hex;
 use toolledger_wire::streams::{CHECKPOINTS, CHECKPOINTS_SUBJECT, LEDGER};
 
-use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
+use toolledger_ledger::{OrderedReader, ReadSpec};
 
 use crate::append::PendingEntry;
 use crate::{Error, Result};
@@ -218,7 +218,7 @@ impl Checkpointer {
         let publish = PublishMessage::build()
             .payload(note.to_owned().into())
             .message_id(format!("{size}-{}", hex(&checkpoint.root)))
-            .expected_last_sequence(self.signed_seq);
+            .expected_last_subject_sequence(self.signed_seq);
         let outcome = async {
             let ack = self
                 .js
@@ -237,8 +237,8 @@ impl Checkpointer {
                 // The publish may have landed before the failure: only our own note may follow ours.
                 tracing::warn!(size, %reason, "checkpoint publish failed; reading back");
                 let stream = &self.settings.checkpoint_stream;
-                match last_message(&self.js, stream).await? {
-                    Some((seq, text)) if seq == self.signed_seq + 1 && text == note => Ok(seq),
+                match last_message(&self.js, stream, &self.settings.checkpoint_subject).await? {
+                    Some((seq, text)) if seq > self.signed_seq && text == note => Ok(seq),
                     Some((seq, _)) if seq > self.signed_seq => Err(Error::CheckpointPublish {
                         size,
                         reason: format!(
@@ -284,7 +284,9 @@ async fn last_checkpoint(
     settings: &CheckpointSettings,
     verifiers: &Verifiers,
 ) -> Result<Option<(u64, Checkpoint)>> {
-    let Some((seq, note)) = last_message(js, &settings.checkpoint_stream).await? else {
+    let Some((seq, note)) =
+        last_message(js, &settings.checkpoint_stream, &settings.checkpoint_subject).await?
+    else {
         return Ok(None);
     };
     let checkpoint =
@@ -295,15 +297,13 @@ async fn last_checkpoint(
     Ok(Some((seq, checkpoint)))
 }
 
-/// The last message of `stream` as text, with its sequence; `None` when the stream is empty. A note
-/// that is not UTF-8 comes back garbled and then fails to verify, which is what it deserves.
-async fn last_message(js: &jetstream::Context, stream: &str) -> Result<Option<(u64, String)>> {
-    let last = last_sequence(js, stream).await?;
-    if last == 0 {
-        return Ok(None);
-    }
-    let payload = toolledger_ledger::message(js, stream, last).await?;
-    Ok(Some((last, String::from_utf8_lossy(&payload).into_owned())))
+/// The last message on `subject` in `stream` as text, with its sequence; `None` when there is
+/// none. A note that is not UTF-8 comes back garbled and then fails to verify, which is what it
+/// deserves.
+async fn last_message(js: &jetstream::Context, stream: &str, subject: &str) -> Result<Option<(u64, String)>> {
+    Ok(toolledger_ledger::last_stored_message(js, stream, subject)
+        .await?
+        .map(|stored| (stored.seq, String::from_utf8_lossy(&stored.payload).into_owned())))
 }
 
 /// The leaf hashes of ledger entries `from..=to`, read with one ordered consumer; a missing sequence

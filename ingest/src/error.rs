@@ -236,6 +236,14 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A configuration value ingest cannot run with (`ledger.partitions` that does not fit the ledger).
+    #[error("{field}: {reason}")]
+    Config {
+        /// The configuration key.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The Merkle log (tiles, signing) failed.
     #[error("merkle log: {0}")]
     Merkle(#[from] toolledger_merkle::Error),

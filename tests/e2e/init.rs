@@ -136,6 +136,43 @@ fn init_creates_the_whole_contract_then_verifies_it_and_keeps_the_key() {
     });
 }
 
+#[test]
+fn init_makes_one_ledger_stream_per_partition_and_refuses_another_count() {
+    let nats = NatsFixture::start();
+    let url = nats.url();
+    let data = tempfile::tempdir().unwrap();
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url, "--partitions", "3"]);
+    assert!(ok, "init failed\n{out}\n{err}");
+    for part in ["ATL_LEDGER", "ATL_LEDGER_P1", "ATL_LEDGER_P2"] {
+        assert!(
+            out.contains(&format!("created stream {part} at")),
+            "{part}\n{out}"
+        );
+    }
+    assert!(!out.contains("ATL_LEDGER_P3"), "{out}");
+    runtime().block_on(async {
+        let js = jetstream::new(nats.client().await);
+        let p2 = js.get_stream("ATL_LEDGER_P2").await.unwrap();
+        let config = &p2.cached_info().config;
+        assert_eq!(config.subjects, ["atl.p2.ledger.>"]);
+        assert!(config.deny_delete && config.deny_purge && config.allow_atomic_publish);
+        let checkpoints = js.get_stream(streams::CHECKPOINTS).await.unwrap();
+        assert_eq!(
+            checkpoints.cached_info().config.subjects,
+            ["atl.checkpoints", "atl.checkpoints.*"]
+        );
+    });
+    // The same count again verifies; another count would move tenants and is refused.
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url, "--partitions", "3"]);
+    assert!(ok, "second init failed\n{out}\n{err}");
+    assert!(!out.contains("created"), "{out}");
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url]);
+    assert!(!ok, "init with one partition over three\n{out}");
+    assert!(err.contains("ATL_LEDGER_P1 exists"), "{err}");
+    let (ok, _, err) = run(data.path(), &["init", "--nats-url", &url, "--partitions", "0"]);
+    assert!(!ok && err.contains("1 to 64"), "{err}");
+}
+
 /// A fresh server with the contract `init` made, then the stream `name` changed by `change`; the
 /// server, init's data directory and the server's URL.
 fn initialized_then_changed(

@@ -34,7 +34,8 @@ use futures::{FutureExt, StreamExt};
 use toolledger_ledger::{OrderedReader, ReadSpec, read_range};
 use toolledger_merkle::NoteSigner;
 use toolledger_wire::LedgerEntry;
-use toolledger_wire::streams::{INBOUND, INBOUND_SUBJECTS, LEDGER};
+use toolledger_wire::partition::{Partition, Partitions};
+use toolledger_wire::streams::{INBOUND, INBOUND_SUBJECTS, check_partition_count};
 
 use crate::append::{Appender, PendingEntry};
 use crate::checkpoint::{self, CheckpointSettings, Checkpointer};
@@ -98,6 +99,10 @@ pub struct IngestSettings {
     /// How long a stage may be at one step (a fetch, a batch's append) before the session is taken
     /// for stalled and started over on fresh connections.
     pub stall_after: Duration,
+    /// The ledger's partitions; [`run`] writes every one whose lease it can take.
+    pub partitions: Partitions,
+    /// The partition these settings are for ([`IngestSettings::for_partition`]); p0 by default.
+    pub partition: Partition,
 }
 
 impl IngestSettings {
@@ -128,6 +133,36 @@ impl IngestSettings {
             key_file: data_dir.join("keys/checkpoint.key"),
             max_upload_bytes: 256 * 1024 * 1024,
             stall_after: Duration::from_secs(10),
+            partitions: Partitions::default(),
+            partition: Partition::ZERO,
+        }
+    }
+
+    /// These settings for one partition: its ledger stream, checkpoint subject and origin, tiles,
+    /// lease and identity index (p0's are these settings unchanged). Witnesses cosign p0 only for
+    /// now: the cosignatures' subjects do not name a partition yet.
+    pub fn for_partition(&self, partition: Partition) -> Self {
+        let mut settings = self.clone();
+        settings.partition = partition;
+        if partition == Partition::ZERO {
+            return settings;
+        }
+        if let Some(name) = self.index_path.file_name().and_then(|name| name.to_str()) {
+            settings.index_path = self.index_path.with_file_name(partition.file_name(name));
+        }
+        settings.checkpoint.ledger_stream = partition.stream();
+        settings.checkpoint.checkpoint_subject = partition.checkpoint_subject();
+        settings.checkpoint.origin = partition.origin(&self.checkpoint.origin);
+        settings.tiles = partition.tiles(&self.tiles);
+        settings.witnessing = WitnessingSettings::default();
+        settings
+    }
+
+    /// The health component of this partition's writer: `ingest`, `ingest-p1`, …
+    fn component(&self) -> String {
+        match self.partition.index() {
+            0 => "ingest".to_owned(),
+            _ => format!("ingest-{}", self.partition),
         }
     }
 }
@@ -154,6 +189,10 @@ impl IngestSettings {
         };
         settings.max_upload_bytes = config.payloads.max_upload_bytes;
         settings.witnessing = WitnessingSettings::from_config(&config.ledger)?;
+        settings.partitions = Partitions::new(config.ledger.partitions).map_err(|reason| Error::Config {
+            field: "ledger.partitions".to_owned(),
+            reason,
+        })?;
         Ok(settings)
     }
 }
@@ -176,15 +215,42 @@ const LANE_IDLE: Duration = Duration::from_secs(60);
 /// How long a lane's consumer may go unused before the server removes it.
 const CONSUMER_INACTIVE: Duration = Duration::from_secs(3600);
 
-/// Runs ingest until `shutdown` completes, starting over after any failure. On shutdown the batch
-/// in hand is finished and the lease released, so another ingest can take over at once; a session
-/// that cannot finish within [`SHUTDOWN_GRACE`] is abandoned.
+/// Runs ingest until `shutdown` completes: a writer for every partition, each taking its lease
+/// when it can (another process's partitions are taken over when their lease lapses) and starting
+/// over after any failure. On shutdown the batch in hand is finished and the lease released, so
+/// another ingest can take over at once; a session that cannot finish within [`SHUTDOWN_GRACE`] is
+/// abandoned.
 pub async fn run(
     connector: Connector,
     settings: IngestSettings,
     metrics: IngestMetrics,
     health: toolledger_core::telemetry::Health,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let writers = settings.partitions.all().map(|partition| {
+        run_partition(
+            &connector,
+            settings.for_partition(partition),
+            &metrics,
+            &health,
+            stop.clone(),
+        )
+    });
+    futures::future::try_join_all(writers).await.map(drop)
+}
+
+/// One partition's writer: sessions, each holding the partition's lease, until `stop`.
+async fn run_partition(
+    connector: &Connector,
+    settings: IngestSettings,
+    metrics: &IngestMetrics,
+    health: &toolledger_core::telemetry::Health,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     let index = Arc::new(Mutex::new(
         tokio::task::spawn_blocking({
@@ -195,15 +261,10 @@ pub async fn run(
         .map_err(Error::task("identity index open"))??,
     ));
     let stages = Arc::new(Stages::open(&settings)?);
-    let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
     let mut failures = 0u32;
     while !*stop.borrow() {
         let session = tokio::select! {
-            session = Session::start(&connector, &settings, &index, &stages, &metrics) => session,
+            session = Session::start(connector, &settings, &index, &stages, metrics) => session,
             _ = stop.changed() => return Ok(()),
         };
         let outcome = match session {
@@ -215,8 +276,8 @@ pub async fn run(
                     settings: &settings,
                     index: &index,
                     in_flight: &in_flight,
-                    metrics: &metrics,
-                    health: &health,
+                    metrics,
+                    health,
                     beats: &Beats::new(),
                 };
                 let mut running = std::pin::pin!(session.run(shared, stop.clone()));
@@ -239,8 +300,8 @@ pub async fn run(
             Err(error) => {
                 failures += 1;
                 let chain = ErrorChain(&error).to_string();
-                tracing::error!(error = %chain, failures, "ingest session failed; starting over");
-                health.failing("ingest", chain);
+                tracing::error!(error = %chain, failures, partition = %settings.partition, "ingest session failed; starting over");
+                health.failing(&settings.component(), chain);
                 let pause = Duration::from_millis(200 * u64::from(failures.min(10)));
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {},
@@ -254,9 +315,9 @@ pub async fn run(
 
 /// Teaches the scrubber every declaration already in the ledger, so fields a tool declares
 /// sensitive are scrubbed after a restart too.
-async fn learn_declarations(stages: &Stages, js: &jetstream::Context) -> Result<()> {
-    let spec = ReadSpec::to_tail(1).subjects("atl.ledger.*.tool.declared");
-    let mut reader = OrderedReader::open(js, LEDGER, spec).await?;
+async fn learn_declarations(stages: &Stages, js: &jetstream::Context, partition: Partition) -> Result<()> {
+    let spec = ReadSpec::to_tail(1).subjects(format!("{}.*.tool.declared", partition.subject_prefix()));
+    let mut reader = OrderedReader::open(js, &partition.stream(), spec).await?;
     let mut declarations = Vec::new();
     loop {
         let batch = reader.next_batch(512).await?;
@@ -360,6 +421,9 @@ struct Front {
     generation: u64,
     /// When the stream's subjects were last looked at for new tenants.
     discovered: Option<Instant>,
+    /// The partition this session writes, of how many: it reads only its tenants' lanes.
+    partition: Partition,
+    partitions: Partitions,
 }
 
 /// A lane's fetch, done: its deliveries, or why the connection is taken for gone.
@@ -535,20 +599,27 @@ impl Session {
         metrics: &IngestMetrics,
     ) -> Result<Self> {
         let js = &connector.connect().await?;
+        let partition = settings.partition;
+        check_partition_count(js, settings.partitions)
+            .await
+            .map_err(|e| Error::Config {
+                field: "ledger.partitions".to_owned(),
+                reason: e.to_string(),
+            })?;
         let leases = js
             .get_key_value(LEASE_BUCKET)
             .await
             .map_err(|e| Error::stream(LEASE_BUCKET, "opening the bucket", e))?;
         let lease = Lease::acquire(
             &leases,
-            "ledger",
+            &partition.lease_key(),
             &settings.holder,
             settings.lease_ttl,
             settings.lease_ttl / 3,
         )
         .await?;
-        tracing::info!(holder = lease.holder(), "holding the ledger lease");
-        let appender = Appender::open(js.clone(), LEDGER).await?;
+        tracing::info!(holder = lease.holder(), %partition, "holding the ledger lease");
+        let appender = Appender::open_partition(js.clone(), partition).await?;
         // The tree is restored and checked against the last signed checkpoint before anything new
         // is appended: a ledger or tiles altered since are caught here.
         let signer = NoteSigner::load(&settings.key_file)?;
@@ -561,8 +632,8 @@ impl Session {
             appender.last_seq(),
         )
         .await?;
-        catch_up_index(js, index, appender.last_seq()).await?;
-        learn_declarations(stages, js).await?;
+        catch_up_index(js, &partition.stream(), index, appender.last_seq()).await?;
+        learn_declarations(stages, js, partition).await?;
         metrics
             .last_seq
             .set(i64::try_from(appender.last_seq()).unwrap_or(i64::MAX));
@@ -612,6 +683,8 @@ impl Session {
                 feed,
                 generation: 0,
                 discovered: None,
+                partition,
+                partitions: settings.partitions,
             },
             back: Back {
                 js: js.clone(),
@@ -633,7 +706,7 @@ impl Session {
             witnessing,
         } = self;
         shared.health.ok(
-            "ingest",
+            &shared.settings.component(),
             format!("appending after seq {}", back.appender.last_seq()),
         );
         let (to_back, from_front) = tokio::sync::mpsc::channel(1);
@@ -717,7 +790,12 @@ impl Front {
                 for (original, advisory) in
                     poison::take(&self.js, &self.advisories, settings.batch_size).await?
                 {
-                    self.route(original, Done::Exhausted(advisory), None, &mut late);
+                    if self.owns(&LaneKey::of(&original.subject).unwrap_or(LaneKey::Bare)) {
+                        self.route(original, Done::Exhausted(advisory), None, &mut late);
+                    } else {
+                        // Another partition's writer takes it.
+                        let _ = advisory.ack_with(AckKind::Nak(Some(DISCOVER_EVERY))).await;
+                    }
                 }
                 self.discover().await?;
             }
@@ -858,7 +936,16 @@ impl Front {
         Ok(())
     }
 
-    /// Opens a lane for every tenant with messages in ATL_INBOUND, and closes lanes that have had
+    /// Whether a lane's tenant lives in this session's partition (a subject with no tenant, in p0).
+    fn owns(&self, key: &LaneKey) -> bool {
+        let partition = match key {
+            LaneKey::Tenant(tenant) => self.partitions.of(tenant),
+            LaneKey::Bare => Partition::ZERO,
+        };
+        partition == self.partition
+    }
+
+    /// Opens a lane for every tenant with messages in this partition's share of ATL_INBOUND, and closes lanes that have had
     /// nothing for a while (their consumers stay, and lapse on the server after an hour unused).
     async fn discover(&mut self) -> Result<()> {
         let mut subjects = self
@@ -868,7 +955,9 @@ impl Front {
             .map_err(|e| Error::stream(INBOUND, "listing its subjects", e))?;
         while let Some(subject) = subjects.next().await {
             let (subject, _) = subject.map_err(|e| Error::stream(INBOUND, "listing its subjects", e))?;
-            if let Some(key) = LaneKey::of(&subject) {
+            if let Some(key) = LaneKey::of(&subject)
+                && self.owns(&key)
+            {
                 self.lanes.lanes.entry(key).or_insert_with(Lane::new);
             }
         }
@@ -1035,7 +1124,7 @@ impl Back {
             Beats::idle(&shared.beats.back);
             if appended {
                 shared.health.ok(
-                    "ingest",
+                    &shared.settings.component(),
                     format!("appended through seq {}", self.appender.last_seq()),
                 );
             }
@@ -1237,7 +1326,12 @@ async fn drop_known_receipts(
 }
 
 /// Brings the identity index up to the ledger's tail, reading entries it has not indexed.
-async fn catch_up_index(js: &jetstream::Context, index: &Arc<Mutex<IdentityIndex>>, tail: u64) -> Result<()> {
+async fn catch_up_index(
+    js: &jetstream::Context,
+    stream: &str,
+    index: &Arc<Mutex<IdentityIndex>>,
+    tail: u64,
+) -> Result<()> {
     /// Entries read and indexed per step: bounds memory during a long catch-up.
     const STEP: u64 = 10_000;
     let mut position = {
@@ -1255,7 +1349,7 @@ async fn catch_up_index(js: &jetstream::Context, index: &Arc<Mutex<IdentityIndex
     }
     while position < tail {
         let to = tail.min(position + STEP);
-        let entries = read_range(js, LEDGER, position + 1, to).await?;
+        let entries = read_range(js, stream, position + 1, to).await?;
         let index = Arc::clone(index);
         position = tokio::task::spawn_blocking(move || {
             let mut rows = Vec::with_capacity(entries.len());

@@ -5,6 +5,7 @@
 mod append;
 mod golden;
 mod ids;
+mod partitions;
 mod payload;
 mod pipeline;
 mod scrub;

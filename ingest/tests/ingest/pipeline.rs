@@ -1027,7 +1027,7 @@ async fn ten_thousand_events_land_exactly_once_in_producer_order() {
 }
 
 /// `count` generated events of `tenants`, from consecutive seeds starting at `first_seed`.
-fn events_of(tenants: &[&str], count: usize, first_seed: u64) -> Vec<Value> {
+pub fn events_of(tenants: &[&str], count: usize, first_seed: u64) -> Vec<Value> {
     let mut events = Vec::new();
     let mut seed = first_seed;
     while events.len() < count {

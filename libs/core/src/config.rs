@@ -333,6 +333,10 @@ pub struct LedgerConfig {
     /// How many of `witnesses` a checkpoint should gather; fewer is logged and reported by `doctor`.
     /// Default: a majority of them.
     pub witness_quorum: Option<usize>,
+    /// How many partitions the ledger has (1 to 64; DESIGN §8): each its own ledger stream, single
+    /// writer, Merkle tree and checkpoint origin; a tenant lives in one, by a fixed rule. Fixed when
+    /// the ledger is made (`toolledger init --partitions`): another count would move tenants.
+    pub partitions: u16,
 }
 
 /// A witness the ledger asks to cosign its checkpoints.
@@ -365,6 +369,7 @@ impl Default for LedgerConfig {
             checkpoint_interval_ms: 10_000,
             witnesses: Vec::new(),
             witness_quorum: None,
+            partitions: 1,
         }
     }
 }
@@ -476,6 +481,9 @@ impl Config {
         }
         if self.ledger.checkpoint_every == 0 {
             return Err(invalid("ledger.checkpoint_every", "must be at least 1"));
+        }
+        if !(1..=64).contains(&self.ledger.partitions) {
+            return Err(invalid("ledger.partitions", "must be 1 to 64"));
         }
         if self.ledger.checkpoint_interval_ms == 0 {
             return Err(invalid("ledger.checkpoint_interval_ms", "must be at least 1"));

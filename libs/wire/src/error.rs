@@ -178,6 +178,16 @@ pub enum Error {
         /// The name given.
         name: String,
     },
+    /// The configured partition count is not the one the ledger was made with.
+    #[error(
+        "ledger.partitions = {configured} does not fit this ledger: {reason}; another count would move tenants"
+    )]
+    PartitionCount {
+        /// The configured count.
+        configured: u16,
+        /// What shows the ledger's own count.
+        reason: String,
+    },
     /// A live stream's configuration is weaker than the contract requires; it is left unchanged.
     #[error("stream {stream} is weaker than required: {field} is {actual}, needs {required}")]
     StreamConfigWeaker {

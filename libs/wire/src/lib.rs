@@ -21,6 +21,8 @@
 //! - [`entry`]: [`LedgerEntry`], its canonical bytes, leaf hash and content digest; parsed back in one
 //!   pass that can prove the bytes canonical ([`LedgerEntry::parse_canonical`]).
 //! - [`subject`]: [`Tenant`] and the subjects of DESIGN §2.
+//! - [`partition`]: ledger partitions: where a tenant lives and each partition's stream, subjects,
+//!   checkpoint subject, origin, tiles and lease.
 //! - [`streams`]: the NATS contract: every stream's and bucket's configuration and its check,
 //!   [`streams::ensure_contract`] (create or check) and [`streams::check_contract`] (check only).
 //! - [`produce`]: the producer side used by `toolledger emit`.
@@ -39,6 +41,7 @@ pub mod event;
 pub mod id;
 pub mod ijson;
 pub mod jcs;
+pub mod partition;
 pub mod produce;
 pub mod streams;
 pub mod subject;

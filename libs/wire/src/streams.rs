@@ -5,6 +5,7 @@
 //! ensure_contract ─┬─ ATL_INBOUND_SOURCE inbound_source_config (empty; lets ATL_INBOUND dedupe nothing)
 //!                  ├─ ATL_INBOUND      inbound_config     ─┐  (a live one that still dedupes is upgraded)
 //!                  ├─ ATL_LEDGER       ledger_config       │ missing ─▶ create
+//!                  ├─ ATL_LEDGER_P<K>  partition_ledger_config (K ≥ 1, one per further partition)
 //!                  ├─ ATL_CHECKPOINTS  checkpoints_config  ├─ present ─▶ check_* ─▶ weaker? ─▶ Error::StreamConfigWeaker
 //!                  ├─ ATL_COSIGNATURES cosignatures_config │
 //!                  ├─ ATL_QUARANTINE   quarantine_config  ─┘            (never changed)
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, object_store, stream};
 
+use crate::partition::{Partition, Partitions};
 use crate::{Error, Result, Tenant};
 
 /// Producers' inbox: work-queue, gone once ingested.
@@ -122,6 +124,8 @@ pub struct ContractSettings {
     pub quarantine_max_age: Duration,
     /// Tenants whose `ATL_PAYLOADS_<tenant>` upload bucket the contract includes.
     pub tenants: Vec<Tenant>,
+    /// The ledger's partitions: one ledger stream each ([`crate::partition`]).
+    pub partitions: Partitions,
 }
 
 impl Default for ContractSettings {
@@ -131,6 +135,7 @@ impl Default for ContractSettings {
             replicas: 1,
             quarantine_max_age: DEFAULT_QUARANTINE_MAX_AGE,
             tenants: Vec::new(),
+            partitions: Partitions::default(),
         }
     }
 }
@@ -205,12 +210,25 @@ fn immutable_config(name: &str, description: &str, subject: &str, replicas: usiz
 /// The ATL_LEDGER stream configuration: immutable, unlimited, taking atomic batches (ADR-50), so
 /// ingest lands a batch of entries at the expected position or not at all.
 pub fn ledger_config(settings: &ContractSettings) -> stream::Config {
+    partition_ledger_config(settings, Partition::ZERO)
+}
+
+/// A partition's ledger stream configuration: [`ledger_config`] under the partition's name and
+/// subjects.
+pub fn partition_ledger_config(settings: &ContractSettings, partition: Partition) -> stream::Config {
+    let description = match partition.index() {
+        0 => "toolledger ledger, the source of truth: atl.ledger.<tenant>.<event class>".to_owned(),
+        _ => format!(
+            "toolledger ledger partition {partition}, the source of truth for its tenants: {}.<tenant>.<event class>",
+            partition.subject_prefix()
+        ),
+    };
     stream::Config {
         allow_atomic_publish: true,
         ..immutable_config(
-            LEDGER,
-            "toolledger ledger, the source of truth: atl.ledger.<tenant>.<event class>",
-            LEDGER_SUBJECTS,
+            &partition.stream(),
+            &description,
+            &partition.subjects(),
             settings.replicas,
         )
     }
@@ -218,12 +236,17 @@ pub fn ledger_config(settings: &ContractSettings) -> stream::Config {
 
 /// The ATL_CHECKPOINTS stream configuration: immutable, unlimited.
 pub fn checkpoints_config(settings: &ContractSettings) -> stream::Config {
-    immutable_config(
+    let mut config = immutable_config(
         CHECKPOINTS,
         "toolledger signed checkpoints (C2SP signed notes)",
         CHECKPOINTS_SUBJECT,
         settings.replicas,
-    )
+    );
+    // Partitions after p0 sign on `atl.checkpoints.<K>`; one partition keeps the single subject.
+    if settings.partitions.count() > 1 {
+        config.subjects.push(format!("{CHECKPOINTS_SUBJECT}.*"));
+    }
+    config
 }
 
 /// The ATL_COSIGNATURES stream configuration: immutable and unlimited like the checkpoints it
@@ -767,13 +790,20 @@ pub async fn ensure_contract(
 type StreamCheck = fn(&stream::Config, &stream::Config) -> Result<()>;
 
 /// The streams after ATL_INBOUND, each with its check.
-fn stream_configs(settings: &ContractSettings) -> [(stream::Config, StreamCheck); 4] {
-    [
-        (ledger_config(settings), check_ledger),
-        (checkpoints_config(settings), check_checkpoints),
-        (cosignatures_config(settings), check_cosignatures),
-        (quarantine_config(settings), check_quarantine),
-    ]
+fn stream_configs(settings: &ContractSettings) -> Vec<(stream::Config, StreamCheck)> {
+    let ledgers = settings.partitions.all().map(|partition| {
+        (
+            partition_ledger_config(settings, partition),
+            check_ledger as StreamCheck,
+        )
+    });
+    ledgers
+        .chain([
+            (checkpoints_config(settings), check_checkpoints as StreamCheck),
+            (cosignatures_config(settings), check_cosignatures),
+            (quarantine_config(settings), check_quarantine),
+        ])
+        .collect()
 }
 
 /// Every way the live contract is weaker than the default settings, or missing; creates nothing.
@@ -830,6 +860,40 @@ fn unreadable(name: &str, error: &Error) -> Finding {
 }
 
 /// The live configuration of a stream, `None` when it does not exist.
+/// Refuses a partition count other than the one the ledger was made with, which would move
+/// tenants: a stream of a partition past the count exists (made with more), or a partition stream
+/// below it is missing while ATL_LEDGER already holds entries (made with fewer). A ledger not made
+/// yet, or made with this count, passes.
+pub async fn check_partition_count(js: &jetstream::Context, partitions: Partitions) -> Result<()> {
+    let wrong = |reason: String| Error::PartitionCount {
+        configured: partitions.count(),
+        reason,
+    };
+    let beyond = Partition::new(partitions.count()).stream();
+    if live_config(js, &beyond).await?.is_some() {
+        return Err(wrong(format!(
+            "{beyond} exists: the ledger was made with more partitions"
+        )));
+    }
+    let entries = match js.get_stream(LEDGER).await {
+        Ok(live) => live.cached_info().state.messages,
+        Err(error) if is_not_found(&error) => return Ok(()),
+        Err(error) => return Err(Error::jetstream(format!("stream info {LEDGER}"), error)),
+    };
+    if entries == 0 {
+        return Ok(());
+    }
+    for partition in partitions.all().skip(1) {
+        let name = partition.stream();
+        if live_config(js, &name).await?.is_none() {
+            return Err(wrong(format!(
+                "{name} is missing while {LEDGER} holds {entries} entries: the ledger was made with fewer partitions"
+            )));
+        }
+    }
+    Ok(())
+}
+
 async fn live_config(js: &jetstream::Context, name: &str) -> Result<Option<stream::Config>> {
     match js.get_stream(name).await {
         Ok(live) => Ok(Some(live.cached_info().config.clone())),

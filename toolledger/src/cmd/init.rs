@@ -16,6 +16,7 @@ use anyhow::Context;
 use toolledger_core::config::Config;
 use toolledger_merkle::NoteSigner;
 use toolledger_wire::Tenant;
+use toolledger_wire::partition::Partitions;
 use toolledger_wire::streams::{self, ContractSettings, Ensured, InboundSettings};
 
 /// The checkpoint signing key's file under `<data_dir>/keys/` (the private key; owner-only).
@@ -38,6 +39,11 @@ pub struct Args {
     /// Replicas of the streams and buckets (3 in a cluster).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub replicas: usize,
+    /// How many ledger partitions to make (1 to 64; overrides `ledger.partitions`,
+    /// `TOOLLEDGER_LEDGER__PARTITIONS`). Ingest and every reader need the same count in their
+    /// configuration; a count other than the one an existing ledger was made with is refused.
+    #[arg(long, value_name = "N")]
+    pub partitions: Option<u16>,
     /// Days ATL_QUARANTINE keeps a rejected message.
     #[arg(long, value_name = "DAYS", default_value_t = 30)]
     pub quarantine_max_age_days: u64,
@@ -58,6 +64,9 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let given = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&given, "toolledger-init").await?);
     let url = redacted(&given);
+    let partitions = Partitions::new(args.partitions.unwrap_or(config.ledger.partitions))
+        .map_err(|reason| anyhow::anyhow!("--partitions: {reason}"))?;
+    streams::check_partition_count(&js, partitions).await?;
     let settings = ContractSettings {
         inbound: InboundSettings {
             max_bytes: args.inbound_max_bytes,
@@ -66,6 +75,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         replicas: args.replicas,
         quarantine_max_age: Duration::from_secs(args.quarantine_max_age_days.saturating_mul(86_400)),
         tenants: args.tenants,
+        partitions,
     };
     for part in streams::ensure_contract(&js, &settings).await? {
         match part.outcome {
@@ -128,10 +138,12 @@ fn describe(name: &str, settings: &ContractSettings) -> String {
         streams::INBOUND_SOURCE => {
             "empty; ATL_INBOUND sources it so that nats-server lets ATL_INBOUND dedupe nothing".to_owned()
         }
-        streams::LEDGER | streams::CHECKPOINTS => format!(
-            "file storage, no limits, deny delete and purge, duplicate window {}s, {replicas} replica(s)",
-            streams::WRITER_DUPLICATE_WINDOW.as_secs()
-        ),
+        _ if name == streams::LEDGER || name == streams::CHECKPOINTS || name.starts_with("ATL_LEDGER_P") => {
+            format!(
+                "file storage, no limits, deny delete and purge, duplicate window {}s, {replicas} replica(s)",
+                streams::WRITER_DUPLICATE_WINDOW.as_secs()
+            )
+        }
         streams::QUARANTINE => format!(
             "file storage, messages kept {} days, {replicas} replica(s)",
             settings.quarantine_max_age.as_secs() / 86_400

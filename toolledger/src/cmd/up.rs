@@ -28,7 +28,10 @@ use toolledger_core::telemetry::{self, Telemetry};
 use toolledger_ingest::metrics::IngestMetrics;
 use toolledger_ingest::session::{self, IngestSettings};
 use toolledger_wire::Tenant;
-use toolledger_wire::streams::{ContractSettings, Ensured, INBOUND, LEDGER, ensure_contract};
+use toolledger_wire::partition::Partitions;
+use toolledger_wire::streams::{
+    ContractSettings, Ensured, INBOUND, LEDGER, check_partition_count, ensure_contract,
+};
 
 mod identities;
 
@@ -99,8 +102,18 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         url_of(metrics_addr, "/metrics"),
         url_of(metrics_addr, "/healthz")
     ));
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    anyhow::ensure!(
+        partitions.count() == 1,
+        "ledger.partitions = {}: `toolledger up` runs one partition until the projector, exporter, \
+         query service and verify read every partition (docs/scaling.md); run `toolledger ingest` \
+         for a partitioned ledger's writers",
+        partitions.count()
+    );
+    check_partition_count(&jetstream, partitions).await?;
     let contract = ContractSettings {
         tenants: urls.tenants.clone(),
+        partitions,
         ..ContractSettings::default()
     };
     for part in ensure_contract(&jetstream, &contract).await? {

@@ -1,0 +1,235 @@
+//! A partitioned ledger (DESIGN §8): every tenant's events in its own partition's stream, each
+//! partition its own tree and signed checkpoints, and writers that take over each other's partitions.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use toolledger_ledger::{last_sequence, last_stored_message, read_range};
+use toolledger_merkle::{Checkpoint, NoteSigner, Verifiers, leaf_hash, tree::root_of};
+use toolledger_testkit::NatsFixture;
+use toolledger_wire::partition::{Partition, Partitions};
+use toolledger_wire::streams::{
+    CHECKPOINTS, ContractSettings, LEDGER, check_partition_count, ensure_contract,
+};
+use toolledger_wire::{LedgerEntry, Mode};
+
+use crate::pipeline::{Running, drained, entry_ids_by_tenant, events_of, ids_by_tenant, publish};
+
+const TENANTS: [&str; 8] = [
+    "acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell",
+];
+
+async fn partitioned_contract(js: &jetstream::Context, count: u16) -> Partitions {
+    let partitions = Partitions::new(count).unwrap();
+    ensure_contract(
+        js,
+        &ContractSettings {
+            partitions,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    partitions
+}
+
+/// Every entry of a partition's stream: sequence, subject and parsed entry.
+async fn partition_entries(
+    js: &jetstream::Context,
+    partition: Partition,
+) -> Vec<(String, LedgerEntry, Vec<u8>)> {
+    let stream = partition.stream();
+    let tail = last_sequence(js, &stream).await.unwrap();
+    let mut out = Vec::new();
+    for seq in 1..=tail {
+        let stored = toolledger_ledger::stored_message(js, &stream, seq)
+            .await
+            .unwrap()
+            .unwrap();
+        let entry = LedgerEntry::parse(&stored.payload).unwrap();
+        out.push((stored.subject, entry, stored.payload.to_vec()));
+    }
+    assert_eq!(read_range(js, &stream, 1, tail).await.unwrap().len() as u64, tail);
+    out
+}
+
+fn tenant_of(entry: &LedgerEntry) -> String {
+    entry
+        .event
+        .extension("tenant")
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// The partition's newest signed checkpoint names its origin and commits to its whole stream.
+async fn assert_signed_through_the_tail(
+    js: &jetstream::Context,
+    partition: Partition,
+    signer: &NoteSigner,
+    leaves: &[toolledger_merkle::Hash],
+) {
+    let Some(stored) = last_stored_message(js, CHECKPOINTS, &partition.checkpoint_subject())
+        .await
+        .unwrap()
+    else {
+        assert!(leaves.is_empty(), "{partition} signed no checkpoint");
+        return;
+    };
+    let note = std::str::from_utf8(&stored.payload).unwrap();
+    let origin = partition.origin("toolledger/ATL_LEDGER");
+    let checkpoint = Checkpoint::open_for(note, &origin, &Verifiers::new([signer.verifier()]))
+        .unwrap_or_else(|e| panic!("{partition}'s checkpoint does not verify for {origin}: {e}"));
+    assert_eq!(checkpoint.size, leaves.len() as u64, "{partition}");
+    assert_eq!(checkpoint.root, root_of(leaves), "{partition}");
+}
+
+#[tokio::test]
+async fn each_tenant_lands_in_its_partition_with_a_tree_and_checkpoints_of_its_own() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let partitions = partitioned_contract(&js, 3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start_with(&nats, dir.path(), |settings| {
+        settings.partitions = partitions;
+        settings.checkpoint.interval = Duration::from_millis(100);
+    });
+    let events = events_of(&TENANTS, 1500, 300);
+    publish(&js, &events, Mode::Binary, false).await;
+    drained(&js).await;
+    let components: Vec<String> = ingest.health.report().components.into_keys().collect();
+    assert_eq!(components, ["ingest", "ingest-p1", "ingest-p2"]);
+    ingest.stop().await;
+
+    let signer = NoteSigner::load(&dir.path().join("keys/checkpoint.key")).unwrap();
+    let mut landed = BTreeMap::new();
+    for partition in partitions.all() {
+        let entries = partition_entries(&js, partition).await;
+        assert!(
+            !entries.is_empty(),
+            "{partition} holds no tenant: the rule spreads these eight"
+        );
+        for (subject, entry, _) in &entries {
+            let tenant = tenant_of(entry);
+            assert_eq!(partitions.of(&tenant), partition, "{tenant} in {partition}");
+            assert!(
+                subject.starts_with(&format!("{}.{tenant}.", partition.subject_prefix())),
+                "{subject} in {partition}"
+            );
+        }
+        let parsed: Vec<LedgerEntry> = entries.iter().map(|(_, entry, _)| entry.clone()).collect();
+        landed.extend(entry_ids_by_tenant(&parsed));
+        let leaves: Vec<_> = entries.iter().map(|(_, _, bytes)| leaf_hash(bytes)).collect();
+        assert_signed_through_the_tail(&js, partition, &signer, &leaves).await;
+        // Each partition has an identity index of its own.
+        let index = match partition.index() {
+            0 => dir.path().join("ingest/identities.sqlite"),
+            k => dir.path().join(format!("ingest/identities-p{k}.sqlite")),
+        };
+        assert!(index.exists(), "{}", index.display());
+    }
+    // Every event exactly once, each tenant in the order it was published.
+    assert_eq!(landed, ids_by_tenant(&events));
+    assert_eq!(
+        last_sequence(&js, LEDGER).await.unwrap()
+            + last_sequence(&js, "ATL_LEDGER_P1").await.unwrap()
+            + last_sequence(&js, "ATL_LEDGER_P2").await.unwrap(),
+        events.len() as u64
+    );
+}
+
+#[tokio::test]
+async fn a_dead_writers_partitions_are_taken_over_and_nothing_is_lost_or_repeated() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let partitions = partitioned_contract(&js, 4).await;
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // The same signing key, as every ingest of one ledger has.
+    crate::pipeline::signing_key(a_dir.path());
+    std::fs::create_dir_all(b_dir.path().join("keys")).unwrap();
+    std::fs::copy(
+        a_dir.path().join("keys/checkpoint.key"),
+        b_dir.path().join("keys/checkpoint.key"),
+    )
+    .unwrap();
+    let adjust = |settings: &mut toolledger_ingest::session::IngestSettings| {
+        settings.partitions = partitions;
+        settings.checkpoint.interval = Duration::from_millis(100);
+    };
+    let a = Running::start_with(&nats, a_dir.path(), adjust);
+    let first = events_of(&TENANTS, 600, 400);
+    publish(&js, &first, Mode::Binary, false).await;
+    drained(&js).await;
+    let b = Running::start_with(&nats, b_dir.path(), adjust);
+    // A dies without a word: its leases lapse (3 s in these tests) and B takes every partition.
+    drop(a);
+    let second = events_of(&TENANTS, 600, 500);
+    let died = Instant::now();
+    publish(&js, &second, Mode::Binary, false).await;
+    drained(&js).await;
+    assert!(
+        died.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        died.elapsed()
+    );
+    let components: Vec<String> = b.health.report().components.into_keys().collect();
+    assert_eq!(components, ["ingest", "ingest-p1", "ingest-p2", "ingest-p3"]);
+    b.stop().await;
+
+    let signer = NoteSigner::load(&b_dir.path().join("keys/checkpoint.key")).unwrap();
+    let mut landed = BTreeMap::new();
+    for partition in partitions.all() {
+        let entries = partition_entries(&js, partition).await;
+        let parsed: Vec<LedgerEntry> = entries.iter().map(|(_, entry, _)| entry.clone()).collect();
+        landed.extend(entry_ids_by_tenant(&parsed));
+        let leaves: Vec<_> = entries.iter().map(|(_, _, bytes)| leaf_hash(bytes)).collect();
+        assert_signed_through_the_tail(&js, partition, &signer, &leaves).await;
+    }
+    let all: Vec<_> = first.iter().chain(&second).cloned().collect();
+    assert_eq!(landed, ids_by_tenant(&all));
+}
+
+#[tokio::test]
+async fn a_count_other_than_the_ledgers_is_refused() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    // Not made yet: any count passes.
+    check_partition_count(&js, Partitions::new(4).unwrap())
+        .await
+        .unwrap();
+    let made = partitioned_contract(&js, 3).await;
+    check_partition_count(&js, made).await.unwrap();
+    let fewer = check_partition_count(&js, Partitions::new(2).unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(fewer.contains("ATL_LEDGER_P2 exists"), "{fewer}");
+    // A single-partition ledger with entries may not be spread over more afterwards.
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let one = partitioned_contract(&js, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start_with(&nats, dir.path(), |settings| settings.partitions = one);
+    publish(&js, &events_of(&TENANTS, 20, 600), Mode::Binary, false).await;
+    drained(&js).await;
+    ingest.stop().await;
+    let more = check_partition_count(&js, Partitions::new(2).unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(more.contains("ATL_LEDGER_P1 is missing"), "{more}");
+    // And ingest with the wrong count writes nothing, saying why.
+    let ingest = Running::start_with(&nats, dir.path(), |settings| {
+        settings.partitions = Partitions::new(2).unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let report = serde_json::to_string(&ingest.health.report()).unwrap();
+        if report.contains("made with fewer partitions") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{report}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(ingest);
+}
