@@ -26,6 +26,7 @@ pub mod workload;
 mod bulk;
 mod offline;
 mod otlp;
+mod partitions;
 mod pipeline;
 mod sdk;
 
@@ -35,8 +36,19 @@ use std::time::Instant;
 use report::{Report, Section};
 
 /// Every suite, in the order a full run takes them.
-pub const SUITES: [&str; 11] = [
-    "ingest", "otlp", "latency", "poison", "burst", "rebuild", "export", "verify", "bulk", "soak", "sdk",
+pub const SUITES: [&str; 12] = [
+    "ingest",
+    "partitions",
+    "otlp",
+    "latency",
+    "poison",
+    "burst",
+    "rebuild",
+    "export",
+    "verify",
+    "bulk",
+    "soak",
+    "sdk",
 ];
 
 /// What to run and how big.
@@ -150,6 +162,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         let suite_started = Instant::now();
         let mut section: Section = match *suite {
             "ingest" => pipeline::ingest(&options).await?,
+            "partitions" => partitions::partitions(&options).await?,
             "otlp" => otlp::otlp(&options).await?,
             "latency" => pipeline::latency(&options).await?,
             "poison" => pipeline::poison(&options).await?,

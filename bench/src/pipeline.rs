@@ -32,6 +32,7 @@ use toolledger_ingest::metrics::IngestMetrics;
 use toolledger_ingest::session::{self, Connector, IngestSettings};
 use toolledger_projector::{Generations, Store};
 use toolledger_wire::Mode;
+use toolledger_wire::partition::Partitions;
 use toolledger_wire::produce::{self, Outgoing};
 use toolledger_wire::streams::{self, INBOUND, LEDGER, ensure_contract};
 
@@ -100,7 +101,8 @@ pub async fn ingest(options: &Options) -> anyhow::Result<Section> {
         let republish = publish_now(&js, again).await?;
         anyhow::ensure!(republish.failed == 0, "{} publishes failed", republish.failed);
         let cpu = CpuClock::start(server.server.pid());
-        let (elapsed, appending) = ingest_in_process(&server, &js, &options.work_dir).await?;
+        let (elapsed, appending) =
+            ingest_in_process(&server, &js, &options.work_dir, Partitions::default()).await?;
         ingest_cpu.push(cpu.own_seconds() * 1e6 / count as f64);
         ingest_busy.push(100.0 * cpu.own_seconds() / elapsed.as_secs_f64());
         server_busy.push(100.0 * cpu.server_seconds() / elapsed.as_secs_f64());
@@ -285,7 +287,7 @@ fn ingest_miss(
 /// batch N is appended with ingest's own [`Appender`] to a stream configured as the ledger is (the same
 /// atomic batches or conditional publishes and read-back on failure, so the baseline improves whenever
 /// ingest's append does) and acked.
-async fn relay(js: &jetstream::Context, count: usize) -> anyhow::Result<Duration> {
+pub(crate) async fn relay(js: &jetstream::Context, count: usize) -> anyhow::Result<Duration> {
     let _ = js.delete_stream("RELAY").await;
     // The ledger's own configuration (atomic batches included), on the relay's subjects.
     js.create_stream(stream::Config {
@@ -357,13 +359,14 @@ async fn relay(js: &jetstream::Context, count: usize) -> anyhow::Result<Duration
 
 /// Runs the ingest service in this process from a full ATL_INBOUND to an empty one; returns the wall
 /// time and the time its append-latency histogram recorded.
-async fn ingest_in_process(
+pub(crate) async fn ingest_in_process(
     server: &Server,
     js: &jetstream::Context,
     work_dir: &Path,
+    partitions: Partitions,
 ) -> anyhow::Result<(Duration, Duration)> {
     let started = Instant::now();
-    let ingest = InProcessIngest::start(server, work_dir)?;
+    let ingest = InProcessIngest::start_partitioned(server, work_dir, partitions)?;
     let deadline = Instant::now() + IDLE_BOUND.max(Duration::from_secs(600));
     while stream_messages(js, INBOUND).await? > 0 {
         anyhow::ensure!(
@@ -389,6 +392,15 @@ pub(crate) struct InProcessIngest {
 impl InProcessIngest {
     /// Starts it against `server`.
     pub(crate) fn start(server: &Server, work_dir: &Path) -> anyhow::Result<Self> {
+        Self::start_partitioned(server, work_dir, Partitions::default())
+    }
+
+    /// Starts it against `server`, writing `partitions`.
+    pub(crate) fn start_partitioned(
+        server: &Server,
+        work_dir: &Path,
+        partitions: Partitions,
+    ) -> anyhow::Result<Self> {
         let data = tempfile::Builder::new().prefix("ingest-").tempdir_in(work_dir)?;
         let key = data.path().join("keys/checkpoint.key");
         std::fs::create_dir_all(data.path().join("keys"))?;
@@ -401,7 +413,10 @@ impl InProcessIngest {
                 url: server.url(),
                 name: "bench-ingest".into(),
             },
-            IngestSettings::new(data.path()),
+            IngestSettings {
+                partitions,
+                ..IngestSettings::new(data.path())
+            },
             metrics,
             Health::default(),
             async {
@@ -449,7 +464,7 @@ impl CpuClock {
         cpu_seconds("self") - self.own_start
     }
 
-    fn server_seconds(&self) -> f64 {
+    pub(crate) fn server_seconds(&self) -> f64 {
         self.server
             .map_or(f64::NAN, |pid| cpu_seconds(&pid.to_string()) - self.server_start)
     }
@@ -1725,7 +1740,7 @@ fn ms(d: Duration) -> f64 {
 // ───────────────────────────── the watcher ─────────────────────────────
 
 /// An event's identity as the projection's `events` table shows it: (source, id).
-type EventKey = (String, String);
+pub(crate) type EventKey = (String, String);
 
 /// When an event became queryable, and when ingest classified it (`ingested_at`).
 #[derive(Debug, Clone, Copy)]
@@ -1827,7 +1842,7 @@ impl Watcher {
 // ───────────────────────────── publishing ─────────────────────────────
 
 /// The binary-mode messages for `events`, each with its (source, id).
-fn prepare(events: &[Value]) -> anyhow::Result<Vec<(EventKey, Outgoing)>> {
+pub(crate) fn prepare(events: &[Value]) -> anyhow::Result<Vec<(EventKey, Outgoing)>> {
     events
         .iter()
         .map(|event| {
@@ -1840,13 +1855,13 @@ fn prepare(events: &[Value]) -> anyhow::Result<Vec<(EventKey, Outgoing)>> {
         .collect()
 }
 
-fn mean_json_bytes(events: &[Value]) -> f64 {
+pub(crate) fn mean_json_bytes(events: &[Value]) -> f64 {
     let total: usize = events.iter().map(|e| e.to_string().len()).sum();
     total as f64 / events.len().max(1) as f64
 }
 
 /// When each message of a publish went out, and when the acks came back.
-struct Sent {
+pub(crate) struct Sent {
     /// Per message, the instant it was handed to the client.
     at: Vec<Instant>,
     first: Instant,
@@ -1854,7 +1869,7 @@ struct Sent {
     /// Wall-clock time at `first`.
     wall_start: SystemTime,
     last_ack: Instant,
-    failed: usize,
+    pub(crate) failed: usize,
 }
 
 impl Sent {
@@ -1874,7 +1889,7 @@ impl Sent {
 }
 
 /// Publishes `messages` as fast as the client takes them, every ack awaited.
-async fn publish_now(js: &jetstream::Context, messages: Vec<Outgoing>) -> anyhow::Result<Sent> {
+pub(crate) async fn publish_now(js: &jetstream::Context, messages: Vec<Outgoing>) -> anyhow::Result<Sent> {
     publish_scheduled(js, messages, None, Instant::now()).await
 }
 

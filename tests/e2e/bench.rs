@@ -83,8 +83,16 @@ fn assert_figures_complete(section: &Value) {
 
 #[test]
 fn smoke_run_of_the_pipeline_suites_reports_every_figure_and_target() {
-    let report = smoke("ingest,otlp,latency,poison,burst,soak");
-    for id in ["ingest", "otlp", "latency", "poison", "burst", "soak"] {
+    let report = smoke("ingest,partitions,otlp,latency,poison,burst,soak");
+    for id in [
+        "ingest",
+        "partitions",
+        "otlp",
+        "latency",
+        "poison",
+        "burst",
+        "soak",
+    ] {
         let section = section(&report, id);
         assert_figures_complete(section);
         assert!(!section["method"].as_str().unwrap().is_empty());
@@ -98,6 +106,17 @@ fn smoke_run_of_the_pipeline_suites_reports_every_figure_and_target() {
                 .iter()
                 .any(|f| f["id"] == figure),
             "no {figure}"
+        );
+    }
+    let partitions = section(&report, "partitions");
+    for comparison in ["p2_vs_p1", "p4_vs_p1", "p1_vs_relay", "p4_vs_relay"] {
+        assert!(
+            partitions["comparisons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["id"] == comparison),
+            "no {comparison}"
         );
     }
     assert!(

@@ -16,6 +16,7 @@ mod import;
 mod init;
 mod missing_field;
 mod otlp;
+mod partitions;
 mod producers;
 mod project;
 mod query;

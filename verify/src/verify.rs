@@ -28,7 +28,7 @@ use std::sync::Arc;
 use async_nats::jetstream;
 use serde::Serialize;
 use toolledger_ledger::erasure::ERASURE_CLASS;
-use toolledger_ledger::{BlobStore, Error as LedgerError, OrderedReader, ReadSpec, read_all};
+use toolledger_ledger::{BlobStore, Error as LedgerError, OrderedReader, ReadSpec};
 use toolledger_merkle::tile::{TILE_WIDTH, TileId, tile_for};
 use toolledger_merkle::{Checkpoint, CompactRange, Hash, TileReader, TileStore, Verifiers, WitnessPolicy};
 use toolledger_wire::entry::ScannedEntry;
@@ -62,6 +62,9 @@ pub struct VerifyOptions {
     /// The witnesses whose cosignatures the newest checkpoints must carry, at least k of them
     /// (`docs/witnesses.md`); `None` asks for none.
     pub witness_policy: Option<WitnessPolicy>,
+    /// Only the checkpoints on this subject of the checkpoint stream are the ledger's (a partition's,
+    /// `docs/scaling.md`); `None` takes every message of the stream.
+    pub checkpoint_subject: Option<String>,
 }
 
 impl Default for VerifyOptions {
@@ -74,6 +77,7 @@ impl Default for VerifyOptions {
             blobs: None,
             from_checkpoint: None,
             witness_policy: None,
+            checkpoint_subject: None,
         }
     }
 }
@@ -704,8 +708,11 @@ pub async fn monitor(
         entries: run.pass.range.size(),
         size: run.newest().map_or(0, |c| c.checkpoint.size),
     });
-    let mut checkpoints =
-        OrderedReader::open(js, checkpoint_stream, ReadSpec::follow(run.trust.last_seq + 1)).await?;
+    let mut spec = ReadSpec::follow(run.trust.last_seq + 1);
+    if let Some(subject) = &options.checkpoint_subject {
+        spec = spec.subjects(subject.clone());
+    }
+    let mut checkpoints = OrderedReader::open(js, checkpoint_stream, spec).await?;
     tokio::pin!(stop);
     loop {
         let message = tokio::select! {
@@ -764,8 +771,13 @@ impl Run {
         options: &VerifyOptions,
     ) -> Result<Self> {
         let mut trust = Trust::new(options.origin.as_deref());
-        for (seq, payload) in read_all(js, checkpoint_stream).await? {
-            trust.take(seq, &payload, verifiers);
+        let spec = match &options.checkpoint_subject {
+            Some(subject) => ReadSpec::to_tail(1).subjects(subject.clone()),
+            None => ReadSpec::to_tail(1),
+        };
+        let mut checkpoints = OrderedReader::open(js, checkpoint_stream, spec).await?;
+        while let Some(message) = checkpoints.next().await? {
+            trust.take(message.seq, &message.payload, verifiers);
         }
         let mut findings = Vec::new();
         let mut notes = Vec::new();

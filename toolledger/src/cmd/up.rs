@@ -45,6 +45,13 @@ pub struct Args {
 
 /// Runs until `shutdown` completes.
 pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        config.ledger.partitions == 1,
+        "ledger.partitions = {}: `toolledger up` runs one partition until the projector, exporter \
+         and query service read every partition (docs/scaling.md); run `toolledger ingest` for a \
+         partitioned ledger's writers and `toolledger verify` to check every partition",
+        config.ledger.partitions
+    );
     let telemetry = Telemetry::new();
     let mut local_server = None;
     let urls = match &config.nats.url {
@@ -103,13 +110,6 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         url_of(metrics_addr, "/healthz")
     ));
     let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
-    anyhow::ensure!(
-        partitions.count() == 1,
-        "ledger.partitions = {}: `toolledger up` runs one partition until the projector, exporter, \
-         query service and verify read every partition (docs/scaling.md); run `toolledger ingest` \
-         for a partitioned ledger's writers",
-        partitions.count()
-    );
     check_partition_count(&jetstream, partitions).await?;
     let contract = ContractSettings {
         tenants: urls.tenants.clone(),

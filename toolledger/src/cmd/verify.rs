@@ -19,7 +19,8 @@ use anyhow::Context;
 use toolledger_core::config::Config;
 use toolledger_merkle::{TileStore, Verifiers, WitnessPolicy};
 use toolledger_verify::{MonitorEvent, Progress, VerifyOptions, verify_ledger};
-use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
+use toolledger_wire::partition::{Partition, Partitions};
+use toolledger_wire::streams::CHECKPOINTS;
 
 use super::init::{connect, nats_url};
 
@@ -31,9 +32,14 @@ const LOG_EVERY: Duration = Duration::from_secs(5);
 /// Flags of `toolledger verify`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The ledger stream to verify (a partition, or a copy).
-    #[arg(long, value_name = "NAME", default_value = LEDGER)]
-    pub stream: String,
+    /// The ledger stream to verify (a copy, say), against every message of --checkpoints. Default:
+    /// every partition of the ledger (`ledger.partitions`; `ATL_LEDGER` alone for one), each
+    /// against its own checkpoints.
+    #[arg(long, value_name = "NAME", conflicts_with = "partition")]
+    pub stream: Option<String>,
+    /// Verify one partition only (0 is `ATL_LEDGER`; `docs/scaling.md`).
+    #[arg(long, value_name = "K")]
+    pub partition: Option<u16>,
     /// The stream of signed checkpoints to verify it against.
     #[arg(long, value_name = "NAME", default_value = CHECKPOINTS)]
     pub checkpoints: String,
@@ -161,7 +167,12 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     if let Some(prefix) = &args.parquet {
         return super::export::verify_parquet(&config, prefix, &verifiers, args.json).await;
     }
-    let tiles = tile_store(&config, args.tiles.as_deref(), args.no_tiles)?;
+    let targets = targets(&config, &args)?;
+    anyhow::ensure!(
+        targets.len() == 1
+            || !(args.monitor || args.from_checkpoint.is_some() || args.save_checkpoint.is_some()),
+        "--monitor, --from-checkpoint and --save-checkpoint follow one partition's checkpoints: add --partition K"
+    );
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-verify").await?);
     let blobs = if args.no_payloads {
@@ -179,94 +190,78 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let options = VerifyOptions {
-        origin: Some(config.ledger.origin.clone()),
-        tiles,
-        blobs,
-        from_checkpoint,
-        witness_policy: args.witnesses.policy(Some(&config))?,
-        ..VerifyOptions::default()
-    };
-    if args.monitor {
-        if options.witness_policy.is_some() {
-            eprintln!(
-                "toolledger verify: --monitor checks the witness policy once, when it stops, not per checkpoint"
-            );
-        }
-        return monitor(&js, &args, &verifiers, &options).await;
-    }
-    let mut progress = ProgressReport::new();
-    let started = Instant::now();
-    let report = verify_ledger(
-        &js,
-        &args.stream,
-        &args.checkpoints,
-        &verifiers,
-        &options,
-        &mut |p| progress.update(p),
-    )
-    .await?;
-    progress.finish();
-    let secs = started.elapsed().as_secs_f64();
-
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!(
-            "toolledger verify: {} entries of {} in {secs:.1}s ({:.0} entries/s); root {}",
-            report.entries - report.from_size,
-            report.ledger_stream,
-            (report.entries - report.from_size) as f64 / secs.max(1e-9),
-            report.root
-        );
-        if report.from_size > 0 {
-            println!(
-                "toolledger verify: continued from the trusted checkpoint of size {}; the ledger holds {}",
-                report.from_size, report.entries
-            );
-        }
-        println!(
-            "toolledger verify: {} of {} checkpoints in {} trusted, newest signs {} entries; tiles {}",
-            report.trusted_checkpoints,
-            report.checkpoints,
-            report.checkpoint_stream,
-            report.signed_size,
-            if report.tiles_checked {
-                "checked"
-            } else {
-                "not checked"
+    let witness_policy = args.witnesses.policy(Some(&config))?;
+    let mut reports = Vec::new();
+    for target in &targets {
+        let options = VerifyOptions {
+            origin: Some(target.origin.clone()),
+            tiles: tile_store(&config, target.tiles.as_deref(), args.no_tiles)?,
+            blobs: blobs.clone(),
+            from_checkpoint: from_checkpoint.clone(),
+            // Witnesses cosign p0 only for now (docs/scaling.md).
+            witness_policy: witness_policy.clone().filter(|_| target.witnessed),
+            checkpoint_subject: target.checkpoint_subject.clone(),
+            ..VerifyOptions::default()
+        };
+        if args.monitor {
+            if options.witness_policy.is_some() {
+                eprintln!(
+                    "toolledger verify: --monitor checks the witness policy once, when it stops, not per checkpoint"
+                );
             }
-        );
-        println!(
-            "toolledger verify: {} payload commitments checked ({} erased)",
-            report.payloads_checked, report.payloads_erased
-        );
-        for note in &report.notes {
-            println!("toolledger verify: note {note}");
+            return monitor(&js, &target.stream, &args, &verifiers, &options).await;
         }
-        if let Some(witnessed) = report.witnessed.as_ref().filter(|w| w.verdict.met()) {
-            println!(
-                "toolledger verify: witnessed: the checkpoint of size {} is cosigned by {} ({} of {}, quorum {})",
-                witnessed.checkpoint.size,
-                witnessed.verdict.names(),
-                witnessed.verdict.cosigned_by.len(),
-                witnessed.verdict.of,
-                witnessed.verdict.quorum
-            );
+        if let Some(partition) = target.partition.filter(|_| targets.len() > 1 && !args.json) {
+            println!("toolledger verify: partition {partition} ({})", target.stream);
         }
-        for finding in report.findings.iter().take(MAX_PRINTED) {
-            println!("toolledger verify: BAD {finding}");
+        let mut progress = ProgressReport::new();
+        let started = Instant::now();
+        let report = verify_ledger(
+            &js,
+            &target.stream,
+            &args.checkpoints,
+            &verifiers,
+            &options,
+            &mut |p| progress.update(p),
+        )
+        .await?;
+        progress.finish();
+        if !args.json {
+            print_report(&report, started.elapsed().as_secs_f64());
         }
-        if report.findings.len() > MAX_PRINTED {
-            println!(
-                "toolledger verify: … and {} more findings",
-                report.findings.len() - MAX_PRINTED
-            );
+        reports.push((target.partition, report));
+    }
+    if args.json {
+        match reports.as_slice() {
+            [(_, report)] => println!("{}", serde_json::to_string_pretty(report)?),
+            _ => {
+                let partitions: Vec<_> = reports
+                    .iter()
+                    .map(|(partition, report)| {
+                        serde_json::json!({ "partition": partition.map(|p| p.index()), "report": report })
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "partitions": partitions }))?
+                );
+            }
         }
     }
-    match report.first_bad() {
+    let findings: usize = reports.iter().map(|(_, report)| report.findings.len()).sum();
+    let first_bad = reports.iter().find_map(|(partition, report)| {
+        report
+            .first_bad()
+            .map(|first| match partition.filter(|_| reports.len() > 1) {
+                Some(partition) => format!("{partition}: {first}"),
+                None => first.to_string(),
+            })
+    });
+    match first_bad {
         None => {
-            if let (Some(path), Some(note)) = (&args.save_checkpoint, &report.newest_checkpoint) {
+            if let (Some(path), [(_, report)]) = (&args.save_checkpoint, reports.as_slice())
+                && let Some(note) = &report.newest_checkpoint
+            {
                 std::fs::write(path, note)
                     .with_context(|| format!("writing the newest checkpoint to {}", path.display()))?;
             }
@@ -275,23 +270,131 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Some(first) => anyhow::bail!(
-            "verification failed ({} findings); first bad position: {first}",
-            report.findings.len()
-        ),
+        Some(first) => {
+            anyhow::bail!("verification failed ({findings} findings); first bad position: {first}")
+        }
+    }
+}
+
+/// One ledger stream to verify and where its checkpoints, origin and tiles are.
+struct Target {
+    /// The partition it is, when it is one (not a `--stream` copy).
+    partition: Option<Partition>,
+    stream: String,
+    checkpoint_subject: Option<String>,
+    origin: String,
+    /// `--tiles`, or the partition's under it; `None`: the configured ones.
+    tiles: Option<String>,
+    /// Whether witnesses cosign its checkpoints.
+    witnessed: bool,
+}
+
+/// What `verify` checks: `--stream`, `--partition K`, else every partition of the ledger.
+fn targets(config: &Config, args: &Args) -> anyhow::Result<Vec<Target>> {
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    if let Some(stream) = &args.stream {
+        return Ok(vec![Target {
+            partition: None,
+            stream: stream.clone(),
+            checkpoint_subject: None,
+            origin: config.ledger.origin.clone(),
+            tiles: args.tiles.clone(),
+            witnessed: true,
+        }]);
+    }
+    let chosen: Vec<Partition> = match args.partition {
+        Some(index) => {
+            anyhow::ensure!(
+                index < partitions.count(),
+                "--partition {index}: the ledger has {} partition(s) (ledger.partitions)",
+                partitions.count()
+            );
+            vec![Partition::new(index)]
+        }
+        None => partitions.all().collect(),
+    };
+    let base_tiles = args.tiles.clone().unwrap_or_else(|| config.tiles_location());
+    Ok(chosen
+        .into_iter()
+        .map(|partition| Target {
+            partition: Some(partition),
+            stream: partition.stream(),
+            // One partition's checkpoints are the whole stream, as they always were.
+            checkpoint_subject: (partitions.count() > 1).then(|| partition.checkpoint_subject()),
+            origin: partition.origin(&config.ledger.origin),
+            tiles: (args.tiles.is_some() || partition != Partition::ZERO)
+                .then(|| partition.tiles(&base_tiles)),
+            witnessed: partition == Partition::ZERO,
+        })
+        .collect())
+}
+
+/// The summary of one ledger's report on stdout.
+fn print_report(report: &toolledger_verify::Report, secs: f64) {
+    println!(
+        "toolledger verify: {} entries of {} in {secs:.1}s ({:.0} entries/s); root {}",
+        report.entries - report.from_size,
+        report.ledger_stream,
+        (report.entries - report.from_size) as f64 / secs.max(1e-9),
+        report.root
+    );
+    if report.from_size > 0 {
+        println!(
+            "toolledger verify: continued from the trusted checkpoint of size {}; the ledger holds {}",
+            report.from_size, report.entries
+        );
+    }
+    println!(
+        "toolledger verify: {} of {} checkpoints in {} trusted, newest signs {} entries; tiles {}",
+        report.trusted_checkpoints,
+        report.checkpoints,
+        report.checkpoint_stream,
+        report.signed_size,
+        if report.tiles_checked {
+            "checked"
+        } else {
+            "not checked"
+        }
+    );
+    println!(
+        "toolledger verify: {} payload commitments checked ({} erased)",
+        report.payloads_checked, report.payloads_erased
+    );
+    for note in &report.notes {
+        println!("toolledger verify: note {note}");
+    }
+    if let Some(witnessed) = report.witnessed.as_ref().filter(|w| w.verdict.met()) {
+        println!(
+            "toolledger verify: witnessed: the checkpoint of size {} is cosigned by {} ({} of {}, quorum {})",
+            witnessed.checkpoint.size,
+            witnessed.verdict.names(),
+            witnessed.verdict.cosigned_by.len(),
+            witnessed.verdict.of,
+            witnessed.verdict.quorum
+        );
+    }
+    for finding in report.findings.iter().take(MAX_PRINTED) {
+        println!("toolledger verify: BAD {finding}");
+    }
+    if report.findings.len() > MAX_PRINTED {
+        println!(
+            "toolledger verify: … and {} more findings",
+            report.findings.len() - MAX_PRINTED
+        );
     }
 }
 
 /// `--monitor`: the pass, then a line per newly signed checkpoint until a finding or a signal.
 async fn monitor(
     js: &async_nats::jetstream::Context,
+    stream: &str,
     args: &Args,
     verifiers: &Verifiers,
     options: &VerifyOptions,
 ) -> anyhow::Result<()> {
     let report = toolledger_verify::monitor(
         js,
-        &args.stream,
+        stream,
         &args.checkpoints,
         verifiers,
         options,
