@@ -170,3 +170,180 @@ fn up_refuses_more_than_one_partition_until_its_readers_follow_them() {
     assert!(!ok, "up ran with four partitions\n{out}");
     assert!(err.contains("ledger.partitions = 4"), "{err}");
 }
+
+/// SIGKILL cycles of the partitioned fault test (at least ten).
+const KILL_CYCLES: usize = 12;
+const FAULT_TENANTS: [&str; 8] = [
+    "acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell",
+];
+
+/// A `toolledger ingest` of the four-partition ledger with short leases, in its own data directory.
+fn spawn_writer(env: &Env, url: &str, data: &std::path::Path) -> ChildProcess {
+    let config = env.config.display().to_string();
+    ChildProcess::spawn(
+        toolledger(),
+        [
+            "ingest",
+            "--nats-url",
+            url,
+            "--ack-wait-ms",
+            "800",
+            "--lease-ttl-ms",
+            "900",
+            "--batch-size",
+            "64",
+        ],
+        &[
+            ("TOOLLEDGER_CONFIG", config.as_str()),
+            ("TOOLLEDGER_DATA_DIR", data.to_str().unwrap()),
+            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "info"),
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_of_four_partitions_killed_at_random_moments_lose_and_repeat_nothing() {
+    let seed = crate::fixture::fault_seed();
+    println!("fault seed {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
+    let mut rng = crate::fixture::Rng(seed);
+    let nats = NatsFixture::start();
+    let url = nats.url();
+    let js = jetstream::new(nats.client().await);
+    let env = Env::new(4);
+    let partitions = Partitions::new(4).unwrap();
+    let (ok, out, err) = tokio::task::block_in_place(|| env.run(&["init", "--nats-url", &url]));
+    assert!(ok, "init failed\n{out}\n{err}");
+    // Two ingest processes, each with a data directory of its own and the ledger's one signing key.
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    for dir in &dirs {
+        std::fs::create_dir_all(dir.path().join("keys")).unwrap();
+        std::fs::copy(
+            env.data.path().join("keys/checkpoint.key"),
+            dir.path().join("keys/checkpoint.key"),
+        )
+        .unwrap();
+    }
+
+    let events = toolledger_schemas::generator::generate(&toolledger_schemas::generator::GeneratorConfig {
+        seed,
+        sessions: 16,
+        tenants: FAULT_TENANTS.iter().map(|t| (*t).to_owned()).collect(),
+        ..Default::default()
+    })
+    .events;
+    let producer = {
+        let js = js.clone();
+        let events = events.clone();
+        tokio::spawn(async move {
+            let mut acked = 0;
+            for chunk in events.chunks(24) {
+                let outgoing =
+                    toolledger_wire::produce::prepare_all(chunk, toolledger_wire::Mode::Binary).unwrap();
+                let report = toolledger_wire::produce::publish_all(&js, outgoing).await;
+                assert!(report.failed.is_empty(), "{:?}", report.failed);
+                acked += report.published;
+                // Spread over the kill cycles, so writers die under load.
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            acked
+        })
+    };
+
+    let started = Instant::now();
+    let mut writers = [
+        spawn_writer(&env, &url, dirs[0].path()),
+        spawn_writer(&env, &url, dirs[1].path()),
+    ];
+    let mut logs = Vec::new();
+    for cycle in 0..KILL_CYCLES {
+        tokio::time::sleep(rng.between(300, 1500)).await;
+        let victim = (rng.next_u64() % 2) as usize;
+        writers[victim].kill9();
+        for line in writers[victim].stderr().lines().filter(|l| !l.trim().is_empty()) {
+            logs.push(format!("cycle {cycle}, writer {victim}: {line}"));
+        }
+        writers[victim] = spawn_writer(&env, &url, dirs[victim].path());
+    }
+    let acked = producer.await.unwrap();
+    assert_eq!(acked, events.len(), "every event acked by ATL_INBOUND");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut inbound = js.get_stream("ATL_INBOUND").await.unwrap();
+        if inbound.info().await.unwrap().state.messages == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the inbox did not drain\n{}",
+            logs.join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for writer in &mut writers {
+        let status = writer
+            .terminate(Duration::from_secs(30))
+            .expect("ingest stops on SIGTERM");
+        assert!(status.success(), "{}", writer.stderr());
+    }
+    println!(
+        "{KILL_CYCLES} kill cycles over two writers of four partitions in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // Every acked event exactly once, in its tenant's partition, in its tenant's order.
+    let mut landed: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for partition in partitions.all() {
+        let stream = partition.stream();
+        let tail = toolledger_ledger::last_sequence(&js, &stream).await.unwrap();
+        for (_, bytes) in toolledger_ledger::read_range(&js, &stream, 1, tail)
+            .await
+            .unwrap()
+        {
+            let entry = toolledger_wire::LedgerEntry::parse(&bytes).unwrap();
+            let tenant = entry
+                .event
+                .extension("tenant")
+                .map(|t| t.to_string())
+                .unwrap_or_default();
+            assert_eq!(
+                partitions.of(&tenant),
+                partition,
+                "seed {seed}: {tenant} in {partition}"
+            );
+            landed
+                .entry(tenant)
+                .or_default()
+                .push(entry.event.id().to_owned());
+        }
+    }
+    let mut produced: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for event in &events {
+        produced
+            .entry(event["tenant"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(event["id"].as_str().unwrap().to_owned());
+    }
+    for (tenant, expected) in &produced {
+        let ids = landed.get(tenant).cloned().unwrap_or_default();
+        assert_eq!(
+            ids,
+            *expected,
+            "seed {seed}: {tenant}'s events exactly once, in order\n{}",
+            logs.join("\n")
+        );
+    }
+    assert_eq!(
+        landed.len(),
+        produced.len(),
+        "seed {seed}: no tenant of its own making"
+    );
+
+    // Every partition and its checkpoints verify.
+    let (ok, out, err) =
+        tokio::task::block_in_place(|| env.run(&["verify", "--nats-url", &url, "--no-payloads"]));
+    assert!(ok, "seed {seed}: verify failed\n{out}\n{err}");
+    for partition in partitions.all() {
+        assert!(out.contains(&format!("partition {partition}")), "{out}");
+    }
+}

@@ -138,15 +138,20 @@ pub fn tile_store(config: &Config, flag: Option<&str>, none: bool) -> anyhow::Re
     if none {
         return Ok(None);
     }
-    if let Some(location) = flag {
-        return Ok(Some(toolledger_ledger::open_tiles(location)?));
+    match flag {
+        Some(location) => tiles_at(location, true),
+        None => tiles_at(&config.tiles_location(), false),
     }
-    let location = config.tiles_location();
-    if !location.contains("://") && !std::path::Path::new(&location).is_dir() {
+}
+
+/// The tile store at `location`; one that was not asked for by name (`explicit`) and is a missing
+/// directory is `None`, with a warning.
+fn tiles_at(location: &str, explicit: bool) -> anyhow::Result<Option<TileStore>> {
+    if !explicit && !location.contains("://") && !std::path::Path::new(location).is_dir() {
         tracing::warn!(%location, "no tiles there; checking the ledger and checkpoints only");
         return Ok(None);
     }
-    Ok(Some(toolledger_ledger::open_tiles(&location)?))
+    Ok(Some(toolledger_ledger::open_tiles(location)?))
 }
 
 /// Verifies and reports; an error (non-zero exit) when anything is wrong.
@@ -195,7 +200,11 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     for target in &targets {
         let options = VerifyOptions {
             origin: Some(target.origin.clone()),
-            tiles: tile_store(&config, target.tiles.as_deref(), args.no_tiles)?,
+            tiles: match (&target.tiles, args.no_tiles) {
+                (_, true) => None,
+                (Some(location), false) => tiles_at(location, args.tiles.is_some())?,
+                (None, false) => tile_store(&config, None, false)?,
+            },
             blobs: blobs.clone(),
             from_checkpoint: from_checkpoint.clone(),
             // Witnesses cosign p0 only for now (docs/scaling.md).
@@ -283,7 +292,8 @@ struct Target {
     stream: String,
     checkpoint_subject: Option<String>,
     origin: String,
-    /// `--tiles`, or the partition's under it; `None`: the configured ones.
+    /// `--tiles`, or the partition's under it (or under the configured ones); `None`: the
+    /// configured ones.
     tiles: Option<String>,
     /// Whether witnesses cosign its checkpoints.
     witnessed: bool,
