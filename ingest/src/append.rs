@@ -46,7 +46,7 @@ use async_nats::jetstream::{
 use bytes::Bytes;
 use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
 use toolledger_merkle::{Hash, leaf_hash};
-use toolledger_wire::partition::Partition;
+use toolledger_wire::partition::{Partition, Partitions};
 
 use crate::{Error, Result};
 
@@ -100,9 +100,9 @@ pub struct Appender {
     /// Random per appender, so batch ids never repeat across writers or restarts.
     batch_prefix: String,
     batches: u64,
-    /// The subject prefix of a partition after p0 (`atl.p1.ledger`), which replaces `atl.ledger` in
-    /// the subjects the pipeline gives its entries.
-    subject_prefix: Option<String>,
+    /// The partition written and of how many (p0 of one for a plain [`Appender::open`]).
+    partition: Partition,
+    partitions: Partitions,
 }
 
 impl Appender {
@@ -128,27 +128,41 @@ impl Appender {
             mode,
             batch_prefix: toolledger_wire::entry::hex(&nonce),
             batches: 0,
-            subject_prefix: None,
+            partition: Partition::ZERO,
+            partitions: Partitions::default(),
         })
     }
 
-    /// An appender to a partition's ledger stream ([`Appender::open`] for p0). The pipeline gives
-    /// entries the single-ledger subjects (`atl.ledger.<tenant>.<class>`); this appender publishes
-    /// them under the partition's prefix (`atl.p1.ledger.<tenant>.<class>`).
-    pub async fn open_partition(js: jetstream::Context, partition: Partition) -> Result<Self> {
+    /// An appender to a partition's ledger stream, of `partitions`. The pipeline gives entries the
+    /// single-ledger subjects (`atl.ledger.<tenant>.<class>`); this appender publishes them under
+    /// the partition's prefix (`atl.p1.ledger.<tenant>.<class>`), and refuses an entry whose tenant
+    /// lives in another partition.
+    pub async fn open_partition(
+        js: jetstream::Context,
+        partition: Partition,
+        partitions: Partitions,
+    ) -> Result<Self> {
         let mut appender = Self::open(js, &partition.stream()).await?;
-        if partition != Partition::ZERO {
-            appender.subject_prefix = Some(partition.subject_prefix());
-        }
+        appender.partition = partition;
+        appender.partitions = partitions;
         Ok(appender)
     }
 
     /// Where `entry` is published on this appender's stream.
-    fn subject(&self, entry: &PendingEntry) -> String {
-        match (&self.subject_prefix, entry.subject.strip_prefix("atl.ledger.")) {
-            (Some(prefix), Some(rest)) => format!("{prefix}.{rest}"),
-            _ => entry.subject.clone(),
+    fn subject(&self, entry: &PendingEntry) -> Result<String> {
+        if self.partitions.count() == 1 {
+            return Ok(entry.subject.clone());
         }
+        let wrong = || Error::WrongPartition {
+            subject: entry.subject.clone(),
+            partition: self.partition.to_string(),
+        };
+        let rest = entry.subject.strip_prefix("atl.ledger.").ok_or_else(wrong)?;
+        let tenant = rest.split('.').next().unwrap_or_default();
+        if self.partitions.of(tenant) != self.partition {
+            return Err(wrong());
+        }
+        Ok(format!("{}.{rest}", self.partition.subject_prefix()))
     }
 
     /// The last sequence this appender knows to be in the ledger.
@@ -240,7 +254,7 @@ impl Appender {
         if !opening.is_empty() {
             let reply = request(
                 &client,
-                self.subject(&opening[0]),
+                self.subject(&opening[0])?,
                 &opening[0],
                 headers(0),
                 first_seq,
@@ -249,7 +263,7 @@ impl Appender {
             batch_reply(&reply, first_seq, Step::Open)?;
             for (k, entry) in opening.iter().enumerate().skip(1) {
                 client
-                    .publish_with_headers(self.subject(entry), headers(k), entry.bytes.clone())
+                    .publish_with_headers(self.subject(entry)?, headers(k), entry.bytes.clone())
                     .await
                     .map_err(|e| Error::Append {
                         seq: first_seq + k as u64,
@@ -260,7 +274,7 @@ impl Appender {
         // The commit is a core request too, so a refusal reads the same whichever message carries it
         // (a batch of one is opened and committed by the same message).
         let seq = self.last_seq + batch.len() as u64;
-        let reply = request(&client, self.subject(last), last, headers(batch.len() - 1), seq).await?;
+        let reply = request(&client, self.subject(last)?, last, headers(batch.len() - 1), seq).await?;
         batch_reply(&reply, seq, Step::Commit)
     }
 
@@ -278,7 +292,7 @@ impl Appender {
             }
             let ack = self
                 .js
-                .send_publish(self.subject(entry), publish)
+                .send_publish(self.subject(entry)?, publish)
                 .await
                 .map_err(|e| publish_error(self.last_seq + i as u64 + 1, &e.kind(), &e))?;
             acks.push(ack);

@@ -124,6 +124,11 @@ impl Checkpointer {
     ) -> Result<Self> {
         let mut verifiers = settings.trusted.clone();
         verifiers.add(signer.verifier());
+        // A missing stream is an error, not "no checkpoint yet" (the last-by-subject read below
+        // cannot tell the two apart).
+        js.get_stream(&settings.checkpoint_stream)
+            .await
+            .map_err(|e| Error::stream(&settings.checkpoint_stream, "opening", e))?;
         let (signed_seq, signed) = match last_checkpoint(&js, &settings, &verifiers).await? {
             Some(found) => found,
             None => (

@@ -236,6 +236,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// An entry was about to be appended to a partition its tenant does not live in (a bug: nothing
+    /// is appended).
+    #[error("entry {subject} does not belong to partition {partition}")]
+    WrongPartition {
+        /// The entry's subject.
+        subject: String,
+        /// The partition written.
+        partition: String,
+    },
     /// A configuration value ingest cannot run with (`ledger.partitions` that does not fit the ledger).
     #[error("{field}: {reason}")]
     Config {

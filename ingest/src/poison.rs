@@ -16,13 +16,16 @@
 
 use async_nats::HeaderMap;
 use async_nats::header::{HeaderName, HeaderValue};
-use async_nats::jetstream::{self, consumer::pull, stream};
+use async_nats::jetstream::{self, AckKind, consumer::pull, stream};
 use futures::StreamExt;
 use serde::Deserialize;
 use toolledger_wire::streams::INBOUND;
 
 use crate::quarantine::Original;
 use crate::{Error, Result};
+
+/// How long an advisory another partition's writer handles waits before it is delivered again.
+const HAND_BACK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The stream that keeps ATL_INBOUND's max-deliveries advisories until ingest handles them.
 pub const ADVISORIES: &str = "ATL_INBOUND_ADVISORIES";
@@ -80,11 +83,16 @@ pub async fn advisory_consumer(js: &jetstream::Context) -> Result<jetstream::con
 #[derive(Debug, Deserialize)]
 struct Advisory {
     stream_seq: u64,
+    /// The ATL_INBOUND consumer whose deliveries ran out (a lane's).
+    #[serde(default)]
+    consumer: String,
 }
 
 /// Takes up to `max` pending advisories and fetches their messages raw (headers parsed only when
 /// they parse cleanly, else kept in `raw_headers`); returns them with the advisory messages to ack
-/// once each is handled. An advisory whose message is already gone is acked at once.
+/// once each is handled. An advisory whose message is already gone is acked at once; one of a
+/// consumer `mine` refuses (another partition's lane) is handed back for that partition's writer,
+/// unread.
 ///
 /// It never waits for advisories to arrive: a no-wait pull with an expiry would make the server hold
 /// the request until one arrives or the expiry passes, and ingest calls this once per batch (it cost
@@ -93,6 +101,7 @@ pub async fn take(
     js: &jetstream::Context,
     consumer: &jetstream::consumer::PullConsumer,
     max: usize,
+    mine: impl Fn(&str) -> bool,
 ) -> Result<Vec<(Original, jetstream::Message)>> {
     let mut advisories = consumer
         .fetch()
@@ -108,6 +117,10 @@ pub async fn take(
             let _ = advisory.ack().await;
             continue;
         };
+        if !mine(&parsed.consumer) {
+            let _ = advisory.ack_with(AckKind::Nak(Some(HAND_BACK))).await;
+            continue;
+        }
         match raw_get(js, parsed.stream_seq).await? {
             Some(exhausted) => out.push((exhausted, advisory)),
             None => {

@@ -141,14 +141,22 @@ fn init_makes_one_ledger_stream_per_partition_and_refuses_another_count() {
     let nats = NatsFixture::start();
     let url = nats.url();
     let data = tempfile::tempdir().unwrap();
-    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url, "--partitions", "3"]);
+    // A contract made for one partition, its ledger still empty, takes more: the checkpoint stream
+    // gains the partitions' subject before their ledger streams are made.
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url]);
     assert!(ok, "init failed\n{out}\n{err}");
-    for part in ["ATL_LEDGER", "ATL_LEDGER_P1", "ATL_LEDGER_P2"] {
+    let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url, "--partitions", "3"]);
+    assert!(ok, "init --partitions 3 failed\n{out}\n{err}");
+    for part in ["ATL_LEDGER_P1", "ATL_LEDGER_P2"] {
         assert!(
             out.contains(&format!("created stream {part} at")),
             "{part}\n{out}"
         );
     }
+    assert!(
+        out.contains("ATL_CHECKPOINTS at") && out.contains("turned on subject atl.checkpoints.*"),
+        "{out}"
+    );
     assert!(!out.contains("ATL_LEDGER_P3"), "{out}");
     runtime().block_on(async {
         let js = jetstream::new(nats.client().await);

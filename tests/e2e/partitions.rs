@@ -164,11 +164,25 @@ fn a_ledger_of_three_partitions_is_written_and_verified_partition_by_partition()
 }
 
 #[test]
-fn up_refuses_more_than_one_partition_until_its_readers_follow_them() {
+fn up_and_the_other_readers_refuse_more_than_one_partition_until_they_follow_them() {
     let env = Env::new(4);
     let (ok, out, err) = env.run(&["up"]);
     assert!(!ok, "up ran with four partitions\n{out}");
     assert!(err.contains("ledger.partitions = 4"), "{err}");
+    // So do the other readers of one stream, erase above all: it would find nothing of a tenant
+    // in another partition.
+    for command in [
+        &["erase", "--tenant", "acme", "--all", "--reason", "gdpr"][..],
+        &["project"],
+        &["serve"],
+        &["export"],
+    ] {
+        let (ok, _, err) = env.run(command);
+        assert!(
+            !ok && err.contains("reads one ledger partition"),
+            "{command:?}: {err}"
+        );
+    }
 }
 
 /// SIGKILL cycles of the partitioned fault test (at least ten).

@@ -145,6 +145,38 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The readers of a single ledger stream; the partitions after p0 are not theirs yet.
+    let one_stream = match &cli.command {
+        Command::Up(_) => Some("up"),
+        Command::Project(_) => Some("project"),
+        Command::Rebuild(_) => Some("rebuild"),
+        Command::Export(_) => Some("export"),
+        Command::Serve(_) => Some("serve"),
+        Command::Erase(_) => Some("erase"),
+        Command::Backup(_) => Some("backup"),
+        Command::Restore(_) => Some("restore"),
+        Command::Prove(_) => Some("prove"),
+        Command::Bundle(_) => Some("bundle"),
+        Command::Replay(_) => Some("replay"),
+        Command::Doctor(_) => Some("doctor"),
+        Command::Query(_) => Some("sql"),
+        Command::Show(_) => Some("show"),
+        Command::Session(_) => Some("session"),
+        Command::Search(_) => Some("search"),
+        Command::Stats(_) => Some("stats"),
+        _ => None,
+    };
+    if let Some(command) = one_stream
+        && config.ledger.partitions > 1
+    {
+        eprintln!(
+            "toolledger {command}: ledger.partitions = {}: this command reads one ledger partition \
+             until the readers follow every partition (docs/scaling.md); `toolledger ingest` writes \
+             a partitioned ledger and `toolledger verify` checks every partition",
+            config.ledger.partitions
+        );
+        return ExitCode::FAILURE;
+    }
     let result = runtime.block_on(async {
         match cli.command {
             Command::Up(args) => cmd::up::run(config, args, cmd::shutdown_signal()).await,

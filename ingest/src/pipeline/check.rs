@@ -54,10 +54,15 @@ impl Checked {
     }
 }
 
-/// The tenant a rejection is filed under when the message did not decode: the subject's, if safe.
+/// The tenant a rejection is filed under when the message did not decode: the subject's, if safe
+/// and followed by a class. A subject with no class (`atl.in.<x>`) is read by no tenant's lane (see
+/// `session::lanes`), so its receipt is `_unroutable`'s, which lives in the first partition with
+/// the lane that read it, never in another tenant's partition.
 pub(crate) fn tenant_of_subject(subject: &str) -> Tenant {
     toolledger_wire::subject::InboundSubject::parse(subject)
-        .map_or_else(|_| Tenant::unroutable(), |s| s.tenant)
+        .ok()
+        .filter(|s| !s.class.is_empty())
+        .map_or_else(Tenant::unroutable, |s| s.tenant)
 }
 
 /// The rejection for a decode or encode error of an event of `tenant`: its detail names where and

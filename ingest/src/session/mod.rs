@@ -619,7 +619,7 @@ impl Session {
         )
         .await?;
         tracing::info!(holder = lease.holder(), %partition, "holding the ledger lease");
-        let appender = Appender::open_partition(js.clone(), partition).await?;
+        let appender = Appender::open_partition(js.clone(), partition, settings.partitions).await?;
         // The tree is restored and checked against the last signed checkpoint before anything new
         // is appended: a ledger or tiles altered since are caught here.
         let signer = NoteSigner::load(&settings.key_file)?;
@@ -787,15 +787,12 @@ impl Front {
             // New tenants and exhausted messages are looked for a few times a second, not on every
             // delivery (each look is a request).
             if self.discovered.is_none_or(|at| at.elapsed() >= DISCOVER_EVERY) {
-                for (original, advisory) in
-                    poison::take(&self.js, &self.advisories, settings.batch_size).await?
-                {
-                    if self.owns(&LaneKey::of(&original.subject).unwrap_or(LaneKey::Bare)) {
-                        self.route(original, Done::Exhausted(advisory), None, &mut late);
-                    } else {
-                        // Another partition's writer takes it.
-                        let _ = advisory.ack_with(AckKind::Nak(Some(DISCOVER_EVERY))).await;
-                    }
+                let exhausted = poison::take(&self.js, &self.advisories, settings.batch_size, |consumer| {
+                    self.owns_consumer(consumer, &settings.consumer)
+                })
+                .await?;
+                for (original, advisory) in exhausted {
+                    self.route(original, Done::Exhausted(advisory), None, &mut late);
                 }
                 self.discover().await?;
             }
@@ -943,6 +940,19 @@ impl Front {
             LaneKey::Bare => Partition::ZERO,
         };
         partition == self.partition
+    }
+
+    /// Whether an ATL_INBOUND consumer is one of this partition's lanes: `<prefix>_<tenant>` is
+    /// its tenant's; the others (no class, a token that is no tenant, an older release's single
+    /// consumer) are p0's, as their lanes are.
+    fn owns_consumer(&self, consumer: &str, prefix: &str) -> bool {
+        match consumer
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix('_'))
+        {
+            Some(tenant) => self.owns(&LaneKey::Tenant(tenant.to_owned())),
+            None => self.partition == Partition::ZERO,
+        }
     }
 
     /// Opens a lane for every tenant with messages in this partition's share of ATL_INBOUND, and closes lanes that have had

@@ -233,3 +233,65 @@ async fn a_count_other_than_the_ledgers_is_refused() {
     }
     drop(ingest);
 }
+
+#[tokio::test]
+async fn receipts_land_in_their_tenants_partition_and_a_subject_without_class_in_p0() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let partitions = partitioned_contract(&js, 4).await;
+    let tenant = TENANTS
+        .into_iter()
+        .find(|t| partitions.of(t) != Partition::ZERO)
+        .unwrap();
+    let home = partitions.of(tenant);
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start_with(&nats, dir.path(), |settings| settings.partitions = partitions);
+    crate::pipeline::publish_raw(&js, &format!("atl.in.{tenant}.tool.declared"), &[], b"{not json").await;
+    crate::pipeline::publish_raw(&js, &format!("atl.in.{tenant}"), &[], b"{}").await;
+    drained(&js).await;
+    ingest.stop().await;
+    let receipts = |entries: Vec<(String, LedgerEntry, Vec<u8>)>| -> Vec<String> {
+        entries
+            .iter()
+            .map(|(subject, entry, _)| format!("{subject} {}", tenant_of(entry)))
+            .collect()
+    };
+    assert_eq!(
+        receipts(partition_entries(&js, home).await),
+        [format!(
+            "{}.{tenant}.toolledger.quarantine.recorded {tenant}",
+            home.subject_prefix()
+        )]
+    );
+    // A subject with no class is read by p0's lane for such subjects: its receipt is
+    // `_unroutable`'s, in p0, never the tenant's in p0.
+    assert_eq!(
+        receipts(partition_entries(&js, Partition::ZERO).await),
+        ["atl.ledger._unroutable.toolledger.quarantine.recorded _unroutable"]
+    );
+}
+
+#[tokio::test]
+async fn a_larger_count_is_refused_once_any_partition_holds_entries() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let two = partitioned_contract(&js, 2).await;
+    let p1_tenant = TENANTS
+        .into_iter()
+        .find(|t| two.of(t) == Partition::new(1))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = Running::start_with(&nats, dir.path(), |settings| settings.partitions = two);
+    publish(&js, &events_of(&[p1_tenant], 10, 700), Mode::Binary, false).await;
+    drained(&js).await;
+    ingest.stop().await;
+    assert_eq!(last_sequence(&js, LEDGER).await.unwrap(), 0, "p0 holds nothing");
+    let more = check_partition_count(&js, Partitions::new(4).unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        more.contains("ATL_LEDGER_P2 is missing") && more.contains("made with fewer"),
+        "{more}"
+    );
+}

@@ -366,7 +366,7 @@ async fn a_restarted_ingest_rebuilds_its_index_from_the_ledger() {
 }
 
 /// Publishes raw bytes with optional headers, as a careless or hostile producer would.
-async fn publish_raw(js: &jetstream::Context, subject: &str, headers: &[(&str, &str)], body: &[u8]) {
+pub async fn publish_raw(js: &jetstream::Context, subject: &str, headers: &[(&str, &str)], body: &[u8]) {
     let mut map = async_nats::HeaderMap::new();
     for (name, value) in headers {
         map.insert(*name, *value);

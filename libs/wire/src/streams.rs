@@ -749,9 +749,19 @@ pub async fn ensure_contract(
         stream_part(INBOUND_SOURCE, source),
         stream_part(INBOUND, ensure_inbound_stream(js, &settings.inbound).await?),
     ];
+    // Checkpoints of further partitions go to `atl.checkpoints.<K>`: a checkpoint stream made for
+    // one partition gains that subject (adding a subject drops nothing), before any partition's
+    // ledger stream is made.
+    let widened = widen_checkpoints(js, settings).await?;
     for (wanted, check) in stream_configs(settings) {
         let name = wanted.name.clone();
-        parts.push(stream_part(&name, ensure_stream(js, wanted, check).await?));
+        let outcome = match ensure_stream(js, wanted, check).await? {
+            Ensured::Verified if name == CHECKPOINTS && widened => {
+                Ensured::Upgraded(format!("subject {CHECKPOINTS_SUBJECT}.*"))
+            }
+            outcome => outcome,
+        };
+        parts.push(stream_part(&name, outcome));
     }
 
     let leases = leases_config(settings);
@@ -859,11 +869,11 @@ fn unreadable(name: &str, error: &Error) -> Finding {
     Finding::new(name, "stream", format!("unreadable: {error}"), "readable")
 }
 
-/// The live configuration of a stream, `None` when it does not exist.
 /// Refuses a partition count other than the one the ledger was made with, which would move
-/// tenants: a stream of a partition past the count exists (made with more), or a partition stream
-/// below it is missing while ATL_LEDGER already holds entries (made with fewer). A ledger not made
-/// yet, or made with this count, passes.
+/// tenants: a ledger stream of a partition at or past the count exists (made with more), or the
+/// partition streams that exist are fewer than the count while one of them holds entries (made
+/// with fewer: its tenants would move). A ledger not made yet, or made with this count, passes, and
+/// so does one whose every partition stream is still empty.
 pub async fn check_partition_count(js: &jetstream::Context, partitions: Partitions) -> Result<()> {
     let wrong = |reason: String| Error::PartitionCount {
         configured: partitions.count(),
@@ -875,25 +885,52 @@ pub async fn check_partition_count(js: &jetstream::Context, partitions: Partitio
             "{beyond} exists: the ledger was made with more partitions"
         )));
     }
-    let entries = match js.get_stream(LEDGER).await {
-        Ok(live) => live.cached_info().state.messages,
-        Err(error) if is_not_found(&error) => return Ok(()),
-        Err(error) => return Err(Error::jetstream(format!("stream info {LEDGER}"), error)),
-    };
-    if entries == 0 {
-        return Ok(());
-    }
-    for partition in partitions.all().skip(1) {
+    let (mut made, mut entries) = (0u16, 0u64);
+    for partition in partitions.all() {
         let name = partition.stream();
-        if live_config(js, &name).await?.is_none() {
-            return Err(wrong(format!(
-                "{name} is missing while {LEDGER} holds {entries} entries: the ledger was made with fewer partitions"
-            )));
+        match js.get_stream(&name).await {
+            Ok(live) => {
+                made += 1;
+                entries += live.cached_info().state.messages;
+            }
+            Err(error) if is_not_found(&error) => break,
+            Err(error) => return Err(Error::jetstream(format!("stream info {name}"), error)),
         }
+    }
+    if made > 0 && made < partitions.count() && entries > 0 {
+        let missing = Partition::new(made).stream();
+        return Err(wrong(format!(
+            "{missing} is missing while the {made} partition stream(s) before it hold {entries} entries: \
+             the ledger was made with fewer partitions"
+        )));
     }
     Ok(())
 }
 
+/// Adds `atl.checkpoints.*` to a live ATL_CHECKPOINTS that lacks it when the ledger has more than
+/// one partition; whether it did.
+async fn widen_checkpoints(js: &jetstream::Context, settings: &ContractSettings) -> Result<bool> {
+    let wanted = checkpoints_config(settings);
+    let Some(mut live) = live_config(js, CHECKPOINTS).await? else {
+        return Ok(false);
+    };
+    let missing: Vec<String> = wanted
+        .subjects
+        .iter()
+        .filter(|subject| !live.subjects.contains(subject))
+        .cloned()
+        .collect();
+    if settings.partitions.count() == 1 || missing.is_empty() {
+        return Ok(false);
+    }
+    live.subjects.extend(missing);
+    js.update_stream(live)
+        .await
+        .map_err(|e| Error::jetstream(format!("adding the partitions' subject to {CHECKPOINTS}"), e))?;
+    Ok(true)
+}
+
+/// The live configuration of a stream, `None` when it does not exist.
 async fn live_config(js: &jetstream::Context, name: &str) -> Result<Option<stream::Config>> {
     match js.get_stream(name).await {
         Ok(live) => Ok(Some(live.cached_info().config.clone())),

@@ -45,13 +45,6 @@ pub struct Args {
 
 /// Runs until `shutdown` completes.
 pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        config.ledger.partitions == 1,
-        "ledger.partitions = {}: `toolledger up` runs one partition until the projector, exporter \
-         and query service read every partition (docs/scaling.md); run `toolledger ingest` for a \
-         partitioned ledger's writers and `toolledger verify` to check every partition",
-        config.ledger.partitions
-    );
     let telemetry = Telemetry::new();
     let mut local_server = None;
     let urls = match &config.nats.url {

@@ -20,7 +20,7 @@ use toolledger_core::config::Config;
 use toolledger_merkle::{TileStore, Verifiers, WitnessPolicy};
 use toolledger_verify::{MonitorEvent, Progress, VerifyOptions, verify_ledger};
 use toolledger_wire::partition::{Partition, Partitions};
-use toolledger_wire::streams::CHECKPOINTS;
+use toolledger_wire::streams::{CHECKPOINTS, CHECKPOINTS_SUBJECT};
 
 use super::init::{connect, nats_url};
 
@@ -32,10 +32,10 @@ const LOG_EVERY: Duration = Duration::from_secs(5);
 /// Flags of `toolledger verify`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The ledger stream to verify (a copy, say), against every message of --checkpoints. Default:
-    /// every partition of the ledger (`ledger.partitions`; `ATL_LEDGER` alone for one), each
-    /// against its own checkpoints.
-    #[arg(long, value_name = "NAME", conflicts_with = "partition")]
+    /// The ledger stream to verify (a copy, say) as the partition --partition names (default p0):
+    /// against that partition's checkpoints, origin and tiles. Default: every partition of the
+    /// ledger (`ledger.partitions`; `ATL_LEDGER` alone for one), each against its own.
+    #[arg(long, value_name = "NAME")]
     pub stream: Option<String>,
     /// Verify one partition only (0 is `ATL_LEDGER`; `docs/scaling.md`).
     #[arg(long, value_name = "K")]
@@ -180,6 +180,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     );
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-verify").await?);
+    check_count(&js, &args.checkpoints, &config).await?;
     let blobs = if args.no_payloads {
         None
     } else {
@@ -299,19 +300,10 @@ struct Target {
     witnessed: bool,
 }
 
-/// What `verify` checks: `--stream`, `--partition K`, else every partition of the ledger.
+/// What `verify` checks: `--stream` (as `--partition K`, default p0), `--partition K`, else every
+/// partition of the ledger.
 fn targets(config: &Config, args: &Args) -> anyhow::Result<Vec<Target>> {
     let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
-    if let Some(stream) = &args.stream {
-        return Ok(vec![Target {
-            partition: None,
-            stream: stream.clone(),
-            checkpoint_subject: None,
-            origin: config.ledger.origin.clone(),
-            tiles: args.tiles.clone(),
-            witnessed: true,
-        }]);
-    }
     let chosen: Vec<Partition> = match args.partition {
         Some(index) => {
             anyhow::ensure!(
@@ -321,14 +313,15 @@ fn targets(config: &Config, args: &Args) -> anyhow::Result<Vec<Target>> {
             );
             vec![Partition::new(index)]
         }
+        None if args.stream.is_some() => vec![Partition::ZERO],
         None => partitions.all().collect(),
     };
     let base_tiles = args.tiles.clone().unwrap_or_else(|| config.tiles_location());
     Ok(chosen
         .into_iter()
         .map(|partition| Target {
-            partition: Some(partition),
-            stream: partition.stream(),
+            partition: args.stream.is_none().then_some(partition),
+            stream: args.stream.clone().unwrap_or_else(|| partition.stream()),
             // One partition's checkpoints are the whole stream, as they always were.
             checkpoint_subject: (partitions.count() > 1).then(|| partition.checkpoint_subject()),
             origin: partition.origin(&config.ledger.origin),
@@ -337,6 +330,36 @@ fn targets(config: &Config, args: &Args) -> anyhow::Result<Vec<Target>> {
             witnessed: partition == Partition::ZERO,
         })
         .collect())
+}
+
+/// Refuses a `ledger.partitions` below the ledger's own count: checkpoints signed for a partition
+/// at or past it (`atl.checkpoints.<K>`) mean partitions this run would not look at.
+async fn check_count(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    config: &Config,
+) -> anyhow::Result<()> {
+    use futures::StreamExt as _;
+    let count = config.ledger.partitions;
+    // A stream that cannot be read is the pass's finding, not this check's.
+    let Ok(checkpoints) = js.get_stream(stream).await else {
+        return Ok(());
+    };
+    let mut subjects = checkpoints
+        .info_with_subjects(format!("{}.*", CHECKPOINTS_SUBJECT))
+        .await
+        .with_context(|| format!("listing {stream}'s subjects"))?;
+    while let Some(subject) = subjects.next().await {
+        let (subject, _) = subject.with_context(|| format!("listing {stream}'s subjects"))?;
+        let index = subject.rsplit_once('.').and_then(|(_, k)| k.parse::<u16>().ok());
+        if let Some(index) = index.filter(|k| *k >= count) {
+            anyhow::bail!(
+                "{stream} holds checkpoints of partition p{index}, but ledger.partitions = {count}: \
+                 set the ledger's own count so that every partition is verified"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The summary of one ledger's report on stdout.
