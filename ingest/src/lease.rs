@@ -154,3 +154,156 @@ impl Lease {
         &self.holder
     }
 }
+
+/// The prefix of the ingest processes' membership keys in `ATL_LEASES`.
+const MEMBER_PREFIX: &str = "members.";
+
+/// How the partitions' leases are shared among the ingest processes that run.
+///
+/// ```text
+/// every third of the lease time: own record `members.<holder>` {holder, expires_at_ms} renewed ─▶
+///   live members counted (records not expired; long-expired ones deleted) ─▶ share = ⌈partitions / members⌉
+///   holding more than the share? ─▶ the highest partition held is asked to stop (one at a time): it
+///   finishes its batch, signs, releases its lease and waits a lease time before trying again
+/// a partition's writer takes its lease only while this process holds fewer than its share
+/// ```
+///
+/// Until the first count (or with no NATS) the share is every partition, as one process alone has.
+/// Nothing rests on the count being right: it only decides who tries; the leases decide who writes.
+#[derive(Debug)]
+pub struct Membership {
+    holder: String,
+    key: String,
+    ttl: Duration,
+    count: usize,
+    state: std::sync::Mutex<Shares>,
+}
+
+#[derive(Debug, Default)]
+struct Shares {
+    share: usize,
+    held: std::collections::BTreeSet<u16>,
+    yielding: Option<u16>,
+    stops: std::collections::HashMap<u16, tokio::sync::watch::Sender<bool>>,
+}
+
+impl Membership {
+    /// A member named `holder` among writers of `count` partitions with leases of `ttl`.
+    pub fn new(holder: &str, ttl: Duration, count: u16) -> Self {
+        let key: String = holder
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Self {
+            holder: holder.to_owned(),
+            key: format!("{MEMBER_PREFIX}{key}"),
+            ttl,
+            count: usize::from(count),
+            state: std::sync::Mutex::new(Shares {
+                share: usize::from(count),
+                ..Shares::default()
+            }),
+        }
+    }
+
+    fn shares(&self) -> std::sync::MutexGuard<'_, Shares> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How often [`Membership::refresh`] should run.
+    pub fn refresh_every(&self) -> Duration {
+        self.ttl / 3
+    }
+
+    /// Where partition `index`'s writer is told to stop and hand its partition on.
+    pub fn register(&self, index: u16, stop: tokio::sync::watch::Sender<bool>) {
+        self.shares().stops.insert(index, stop);
+    }
+
+    /// Room for partition `index`: true (and counted as held) while this process holds fewer than
+    /// its share.
+    pub fn try_reserve(&self, index: u16) -> bool {
+        let mut shares = self.shares();
+        if shares.held.contains(&index) {
+            return true;
+        }
+        if shares.held.len() >= shares.share {
+            return false;
+        }
+        shares.held.insert(index)
+    }
+
+    /// Partition `index` is no longer held (its session ended, or its lease was not free).
+    pub fn release(&self, index: u16) {
+        let mut shares = self.shares();
+        shares.held.remove(&index);
+        if shares.yielding == Some(index) {
+            shares.yielding = None;
+        }
+    }
+
+    /// Renews this process's record, counts the live members, and asks one partition to stop when
+    /// this process holds more than its share.
+    pub async fn refresh(&self, store: &kv::Store) -> Result<()> {
+        let expires_at_ms = now_ms() + u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let record = LeaseRecord {
+            holder: self.holder.clone(),
+            expires_at_ms,
+        };
+        let value = serde_json::to_vec(&record).map_err(|e| lease_error(&self.key, e))?;
+        store
+            .put(&self.key, value.into())
+            .await
+            .map_err(|e| lease_error(&self.key, e))?;
+        let mut keys = store.keys().await.map_err(|e| lease_error(MEMBER_PREFIX, e))?;
+        let mut names = Vec::new();
+        while let Some(key) = futures::StreamExt::next(&mut keys).await {
+            names.push(key.map_err(|e| lease_error(MEMBER_PREFIX, e))?);
+        }
+        let mut live = 0usize;
+        let forgotten = now_ms().saturating_sub(10 * u64::try_from(self.ttl.as_millis()).unwrap_or(0));
+        for name in names.iter().filter(|name| name.starts_with(MEMBER_PREFIX)) {
+            let Some(value) = store.get(name).await.map_err(|e| lease_error(name, e))? else {
+                continue;
+            };
+            match serde_json::from_slice::<LeaseRecord>(&value) {
+                Ok(record) if record.expires_at_ms > now_ms() => live += 1,
+                // A member gone for ten lease times: forgotten (a put renews a live one anyway).
+                Ok(record) if record.expires_at_ms < forgotten => {
+                    let _ = store.delete(name).await;
+                }
+                _ => {}
+            }
+        }
+        let mut shares = self.shares();
+        shares.share = self.count.div_ceil(live.max(1));
+        if shares.held.len() > shares.share
+            && shares.yielding.is_none()
+            && let Some(&index) = shares.held.iter().next_back()
+            && let Some(stop) = shares.stops.get(&index)
+        {
+            tracing::info!(
+                partition = index,
+                members = live,
+                share = shares.share,
+                "holding more partitions than this process's share; handing one on"
+            );
+            let _ = stop.send(true);
+            shares.yielding = Some(index);
+        }
+        Ok(())
+    }
+
+    /// Removes this process's record (it stops).
+    pub async fn leave(&self, store: &kv::Store) {
+        let _ = store.delete(&self.key).await;
+    }
+}

@@ -40,7 +40,7 @@ use toolledger_wire::streams::{INBOUND, INBOUND_SUBJECTS, check_partition_count}
 use crate::append::{Appender, PendingEntry};
 use crate::checkpoint::{self, CheckpointSettings, Checkpointer};
 use crate::dedupe::{IdentityIndex, IdentityKey};
-use crate::lease::{LEASE_BUCKET, Lease};
+use crate::lease::{LEASE_BUCKET, Lease, Membership};
 use crate::metrics::IngestMetrics;
 use crate::payload::{OffloadConfig, UploadCollector};
 use crate::pipeline::{self, InFlight, Offloaded, Stages, Verdict};
@@ -232,25 +232,118 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
+    let membership = Arc::new(Membership::new(
+        &settings.holder,
+        settings.lease_ttl,
+        settings.partitions.count(),
+    ));
+    // One partition needs no sharing: whoever holds its lease writes it.
+    let members = (settings.partitions.count() > 1).then(|| {
+        tokio::spawn(keep_membership(
+            connector.clone(),
+            Arc::clone(&membership),
+            stop.clone(),
+        ))
+    });
     let writers = settings.partitions.all().map(|partition| {
         run_partition(
             &connector,
             settings.for_partition(partition),
             &metrics,
             &health,
+            &membership,
             stop.clone(),
         )
     });
-    futures::future::try_join_all(writers).await.map(drop)
+    let outcome = futures::future::try_join_all(writers).await.map(drop);
+    if let Some(members) = members {
+        if outcome.is_ok() {
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, members).await;
+        } else {
+            members.abort();
+        }
+    }
+    outcome
 }
 
-/// One partition's writer: sessions, each holding the partition's lease, until `stop`.
+/// Keeps this process's membership current (see [`Membership`]) until `stop`, reconnecting after
+/// any failure; leaves on stop.
+async fn keep_membership(
+    connector: Connector,
+    membership: Arc<Membership>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut store = None;
+    while !*stop.borrow() {
+        if store.is_none() {
+            store = match connector.connect().await {
+                Ok(js) => js.get_key_value(LEASE_BUCKET).await.ok(),
+                Err(_) => None,
+            };
+        }
+        if let Some(kv) = &store
+            && let Err(error) = membership.refresh(kv).await
+        {
+            tracing::warn!(error = %ErrorChain(&error), "could not renew this ingest's membership; retrying");
+            store = None;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(membership.refresh_every()) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    if let Some(kv) = &store {
+        membership.leave(kv).await;
+    }
+}
+
+/// One partition's writer: sessions, each holding the partition's lease, until `stop`. A session
+/// asked to hand its partition on ([`Membership`]) ends as on shutdown, and the writer waits a
+/// lease time before it tries again.
 async fn run_partition(
     connector: &Connector,
     settings: IngestSettings,
     metrics: &IngestMetrics,
     health: &toolledger_core::telemetry::Health,
+    membership: &Arc<Membership>,
     mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    // The session's own stop: shutdown, or this partition handed on.
+    let (hand_on, session_stop) = tokio::sync::watch::channel(false);
+    membership.register(settings.partition.index(), hand_on.clone());
+    let forward = {
+        let mut stop = stop.clone();
+        let hand_on = hand_on.clone();
+        tokio::spawn(async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+            let _ = hand_on.send(true);
+        })
+    };
+    let outcome = write_partition(
+        connector,
+        &settings,
+        metrics,
+        health,
+        membership,
+        &mut stop,
+        &hand_on,
+        session_stop,
+    )
+    .await;
+    forward.abort();
+    outcome
+}
+
+#[allow(clippy::too_many_arguments)] // the writer's parts, passed once
+async fn write_partition(
+    connector: &Connector,
+    settings: &IngestSettings,
+    metrics: &IngestMetrics,
+    health: &toolledger_core::telemetry::Health,
+    membership: &Arc<Membership>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+    hand_on: &tokio::sync::watch::Sender<bool>,
+    session_stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     let index = Arc::new(Mutex::new(
         tokio::task::spawn_blocking({
@@ -260,11 +353,11 @@ async fn run_partition(
         .await
         .map_err(Error::task("identity index open"))??,
     ));
-    let stages = Arc::new(Stages::open(&settings)?);
+    let stages = Arc::new(Stages::open(settings)?);
     let mut failures = 0u32;
     while !*stop.borrow() {
         let session = tokio::select! {
-            session = Session::start(connector, &settings, &index, &stages, metrics) => session,
+            session = Session::start(connector, settings, &index, &stages, metrics, membership) => session,
             _ = stop.changed() => return Ok(()),
         };
         let outcome = match session {
@@ -273,15 +366,15 @@ async fn run_partition(
                 // its blocking thread must not mark identities in flight for the next one.
                 let in_flight = Arc::new(InFlight::default());
                 let shared = Shared {
-                    settings: &settings,
+                    settings,
                     index: &index,
                     in_flight: &in_flight,
                     metrics,
                     health,
                     beats: &Beats::new(),
                 };
-                let mut running = std::pin::pin!(session.run(shared, stop.clone()));
-                let mut asked = stop.clone();
+                let mut running = std::pin::pin!(session.run(shared, session_stop.clone()));
+                let mut asked = session_stop.clone();
                 tokio::select! {
                     outcome = &mut running => outcome,
                     () = async {
@@ -289,14 +382,24 @@ async fn run_partition(
                         tokio::time::sleep(SHUTDOWN_GRACE).await;
                     } => {
                         tracing::warn!(grace = ?SHUTDOWN_GRACE, "ingest did not finish its batch in time; stopping without it");
-                        return Ok(());
+                        Ok(())
                     }
                 }
             }
             Err(error) => Err(error),
         };
         match outcome {
-            Ok(()) => return Ok(()),
+            Ok(()) if *stop.borrow() => return Ok(()),
+            Ok(()) => {
+                // Handed on: another ingest takes the partition; try again only after a lease time.
+                tracing::info!(partition = %settings.partition, "handed the partition on");
+                health.ok(&settings.component(), "handed on to another ingest");
+                let _ = hand_on.send(false);
+                tokio::select! {
+                    () = tokio::time::sleep(settings.lease_ttl) => {},
+                    _ = stop.changed() => return Ok(()),
+                }
+            }
             Err(error) => {
                 failures += 1;
                 let chain = ErrorChain(&error).to_string();
@@ -438,8 +541,22 @@ struct Back {
     js: jetstream::Context,
     stages: Arc<Stages>,
     lease: Lease,
+    /// This process's count of the partition as held, until the session ends.
+    _reservation: Reservation,
     appender: Appender,
     checkpointer: Checkpointer,
+}
+
+/// A partition counted as held by this process ([`Membership::try_reserve`]) until dropped.
+struct Reservation {
+    membership: Arc<Membership>,
+    index: u16,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.membership.release(self.index);
+    }
 }
 
 /// A classified batch on its way from the front to the back.
@@ -597,6 +714,7 @@ impl Session {
         index: &Arc<Mutex<IdentityIndex>>,
         stages: &Arc<Stages>,
         metrics: &IngestMetrics,
+        membership: &Arc<Membership>,
     ) -> Result<Self> {
         let js = &connector.connect().await?;
         let partition = settings.partition;
@@ -610,14 +728,32 @@ impl Session {
             .get_key_value(LEASE_BUCKET)
             .await
             .map_err(|e| Error::stream(LEASE_BUCKET, "opening the bucket", e))?;
-        let lease = Lease::acquire(
-            &leases,
-            &partition.lease_key(),
-            &settings.holder,
-            settings.lease_ttl,
-            settings.lease_ttl / 3,
-        )
-        .await?;
+        // Taken only while this process holds fewer partitions than its share, so the writers of
+        // several processes spread over the partitions.
+        let mut waited = false;
+        let (lease, reservation) = loop {
+            if membership.try_reserve(partition.index()) {
+                let reservation = Reservation {
+                    membership: Arc::clone(membership),
+                    index: partition.index(),
+                };
+                if let Some(lease) = Lease::try_acquire(
+                    &leases,
+                    &partition.lease_key(),
+                    &settings.holder,
+                    settings.lease_ttl,
+                )
+                .await?
+                {
+                    break (lease, reservation);
+                }
+            }
+            if !waited {
+                tracing::info!(%partition, "ledger lease held by another ingest (or this one holds its share); waiting");
+                waited = true;
+            }
+            tokio::time::sleep(settings.lease_ttl / 3).await;
+        };
         tracing::info!(holder = lease.holder(), %partition, "holding the ledger lease");
         let appender = Appender::open_partition(js.clone(), partition, settings.partitions).await?;
         // The tree is restored and checked against the last signed checkpoint before anything new
@@ -690,6 +826,7 @@ impl Session {
                 js: js.clone(),
                 stages: Arc::clone(stages),
                 lease,
+                _reservation: reservation,
                 appender,
                 checkpointer,
             },

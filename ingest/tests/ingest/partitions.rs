@@ -295,3 +295,93 @@ async fn a_larger_count_is_refused_once_any_partition_holds_entries() {
         "{more}"
     );
 }
+
+/// Who holds each partition's lease now (`None`: nobody, or lapsed).
+async fn lease_holders(js: &jetstream::Context, partitions: Partitions) -> Vec<Option<String>> {
+    let store = js.get_key_value("ATL_LEASES").await.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut holders = Vec::new();
+    for partition in partitions.all() {
+        let record = store
+            .get(partition.lease_key())
+            .await
+            .unwrap()
+            .and_then(|value| serde_json::from_slice::<toolledger_ingest::lease::LeaseRecord>(&value).ok())
+            .filter(|record| record.expires_at_ms > now);
+        holders.push(record.map(|record| record.holder));
+    }
+    holders
+}
+
+#[tokio::test]
+async fn two_processes_share_the_partitions_and_the_first_hands_half_on() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let partitions = partitioned_contract(&js, 4).await;
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    crate::pipeline::signing_key(a_dir.path());
+    std::fs::create_dir_all(b_dir.path().join("keys")).unwrap();
+    std::fs::copy(
+        a_dir.path().join("keys/checkpoint.key"),
+        b_dir.path().join("keys/checkpoint.key"),
+    )
+    .unwrap();
+    let writer = |name: &'static str| {
+        move |settings: &mut toolledger_ingest::session::IngestSettings| {
+            settings.partitions = partitions;
+            settings.holder = name.to_owned();
+            settings.lease_ttl = Duration::from_millis(1500);
+        }
+    };
+    let a = Running::start_with(&nats, a_dir.path(), writer("a"));
+    let wait_for = |wanted: [usize; 2]| {
+        let js = js.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let holders = lease_holders(&js, partitions).await;
+                let count = |name: &str| holders.iter().filter(|h| h.as_deref() == Some(name)).count();
+                if [count("a"), count("b")] == wanted {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "wanted {wanted:?}, holders {holders:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    // Alone, the first takes every partition.
+    wait_for([4, 0]).await;
+    let first = events_of(&TENANTS, 300, 800);
+    publish(&js, &first, Mode::Binary, false).await;
+    // A second process joins: the first hands two partitions on, one at a time.
+    let b = Running::start_with(&nats, b_dir.path(), writer("b"));
+    wait_for([2, 2]).await;
+    let second = events_of(&TENANTS, 300, 900);
+    publish(&js, &second, Mode::Binary, false).await;
+    drained(&js).await;
+    a.stop().await;
+    // The first stopped: the second takes its partitions over.
+    wait_for([0, 4]).await;
+    let third = events_of(&TENANTS, 300, 1000);
+    publish(&js, &third, Mode::Binary, false).await;
+    drained(&js).await;
+    b.stop().await;
+
+    let mut landed = BTreeMap::new();
+    for partition in partitions.all() {
+        let parsed: Vec<LedgerEntry> = partition_entries(&js, partition)
+            .await
+            .into_iter()
+            .map(|(_, entry, _)| entry)
+            .collect();
+        landed.extend(entry_ids_by_tenant(&parsed));
+    }
+    let all: Vec<_> = first.iter().chain(&second).chain(&third).cloned().collect();
+    assert_eq!(landed, ids_by_tenant(&all));
+}
