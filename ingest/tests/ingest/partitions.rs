@@ -138,20 +138,26 @@ async fn each_tenant_lands_in_its_partition_with_a_tree_and_checkpoints_of_its_o
     );
 }
 
+/// Two ingest processes' data directories with the same signing key, as every ingest of one ledger
+/// has.
+fn two_data_dirs() -> (tempfile::TempDir, tempfile::TempDir) {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    crate::pipeline::signing_key(a.path());
+    std::fs::create_dir_all(b.path().join("keys")).unwrap();
+    std::fs::copy(
+        a.path().join("keys/checkpoint.key"),
+        b.path().join("keys/checkpoint.key"),
+    )
+    .unwrap();
+    (a, b)
+}
+
 #[tokio::test]
 async fn a_dead_writers_partitions_are_taken_over_and_nothing_is_lost_or_repeated() {
     let nats = NatsFixture::start();
     let js = jetstream::new(nats.client().await);
     let partitions = partitioned_contract(&js, 4).await;
-    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    // The same signing key, as every ingest of one ledger has.
-    crate::pipeline::signing_key(a_dir.path());
-    std::fs::create_dir_all(b_dir.path().join("keys")).unwrap();
-    std::fs::copy(
-        a_dir.path().join("keys/checkpoint.key"),
-        b_dir.path().join("keys/checkpoint.key"),
-    )
-    .unwrap();
+    let (a_dir, b_dir) = two_data_dirs();
     let adjust = |settings: &mut toolledger_ingest::session::IngestSettings| {
         settings.partitions = partitions;
         settings.checkpoint.interval = Duration::from_millis(100);
@@ -321,14 +327,7 @@ async fn two_processes_share_the_partitions_and_the_first_hands_half_on() {
     let nats = NatsFixture::start();
     let js = jetstream::new(nats.client().await);
     let partitions = partitioned_contract(&js, 4).await;
-    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    crate::pipeline::signing_key(a_dir.path());
-    std::fs::create_dir_all(b_dir.path().join("keys")).unwrap();
-    std::fs::copy(
-        a_dir.path().join("keys/checkpoint.key"),
-        b_dir.path().join("keys/checkpoint.key"),
-    )
-    .unwrap();
+    let (a_dir, b_dir) = two_data_dirs();
     let writer = |name: &'static str| {
         move |settings: &mut toolledger_ingest::session::IngestSettings| {
             settings.partitions = partitions;
