@@ -68,6 +68,11 @@ fn patient(client: async_nats::Client) -> jetstream::Context {
 /// `toolledger init --replicas 3` as admin, retried while the cluster is still settling (a fresh
 /// metadata leader may not yet know every peer, and placing an R3 stream needs all three).
 fn init_r3(cluster: &NatsCluster, data_dir: &Path, tenants: &[&str]) -> String {
+    init_r3_with(cluster, data_dir, tenants, &[])
+}
+
+/// [`init_r3`] with more flags.
+fn init_r3_with(cluster: &NatsCluster, data_dir: &Path, tenants: &[&str], extra: &[&str]) -> String {
     let admin = url_as(cluster, "admin");
     let mut args = vec![
         "init",
@@ -81,6 +86,7 @@ fn init_r3(cluster: &NatsCluster, data_dir: &Path, tenants: &[&str]) -> String {
     for tenant in tenants {
         args.extend(["--tenant", tenant]);
     }
+    args.extend(extra);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (ok, out, err) = run(data_dir, &args);
@@ -96,15 +102,18 @@ fn init_r3(cluster: &NatsCluster, data_dir: &Path, tenants: &[&str]) -> String {
 }
 
 fn service(args: &[&str], data_dir: &Path) -> ChildProcess {
-    ChildProcess::spawn(
-        toolledger(),
-        args,
-        &[
-            ("TOOLLEDGER_DATA_DIR", data_dir.to_str().unwrap()),
-            ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
-            ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "info"),
-        ],
-    )
+    service_with(args, data_dir, &[])
+}
+
+/// [`service`] with more environment.
+fn service_with(args: &[&str], data_dir: &Path, env: &[(&str, &str)]) -> ChildProcess {
+    let mut vars = vec![
+        ("TOOLLEDGER_DATA_DIR", data_dir.to_str().unwrap()),
+        ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
+        ("TOOLLEDGER_TELEMETRY__LOG_FILTER", "info"),
+    ];
+    vars.extend_from_slice(env);
+    ChildProcess::spawn(toolledger(), args, &vars)
 }
 
 /// The node leading `stream` now, if the cluster can say (not during an election).
@@ -412,6 +421,163 @@ async fn cluster_leader_kills(cycles: usize, sessions: usize) {
 fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// SIGKILL cycles of the partitioned cluster test (at least ten).
+const PARTITION_KILLS: usize = 12;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r3_ledger_of_four_partitions_loses_nothing_while_one_of_two_ingest_processes_is_killed() {
+    let seed = fault_seed();
+    println!("partitioned cluster fault seed {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
+    let mut rng = Rng(seed);
+    let cluster = tokio::task::block_in_place(|| NatsCluster::start(&env_secrets()));
+    let data = tempfile::tempdir().unwrap();
+    let out =
+        tokio::task::block_in_place(|| init_r3_with(&cluster, data.path(), &[], &["--partitions", "4"]));
+    for stream in ["ATL_LEDGER_P1", "ATL_LEDGER_P2", "ATL_LEDGER_P3"] {
+        assert!(out.contains(&format!("created stream {stream} at")), "{out}");
+    }
+    let partitions = toolledger_wire::partition::Partitions::new(4).unwrap();
+    let admin = patient(login_at(&cluster.url(), "admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD")).await);
+
+    // Two ingest processes as the shipped ingest identity, each with a data directory of its own
+    // and the ledger's one signing key.
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    for dir in &dirs {
+        std::fs::create_dir_all(dir.path().join("keys")).unwrap();
+        std::fs::copy(
+            data.path().join("keys/checkpoint.key"),
+            dir.path().join("keys/checkpoint.key"),
+        )
+        .unwrap();
+    }
+    let ingest_url = url_as(&cluster, "ingest");
+    let spawn = |dir: &Path| {
+        service_with(
+            &[
+                "ingest",
+                "--nats-url",
+                &ingest_url,
+                "--ack-wait-ms",
+                "1500",
+                "--lease-ttl-ms",
+                "1500",
+                "--batch-size",
+                "64",
+            ],
+            dir,
+            &[("TOOLLEDGER_LEDGER__PARTITIONS", "4")],
+        )
+    };
+    let mut writers = [spawn(dirs[0].path()), spawn(dirs[1].path())];
+
+    // Eight tenants over the four partitions, published by admin (the shipped producers are per tenant).
+    let tenants = [
+        "acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell",
+    ];
+    let events = generate(&GeneratorConfig {
+        seed: seed % 10_000,
+        sessions: 12,
+        tenants: tenants.iter().map(|t| (*t).to_owned()).collect(),
+        ..GeneratorConfig::default()
+    })
+    .events;
+    let spread = Duration::from_millis(900 * PARTITION_KILLS as u64);
+    let producer = tokio::spawn(produce_all(admin.clone(), events.clone(), spread, 16));
+    let started = Instant::now();
+    let mut logs = Vec::new();
+    for cycle in 0..PARTITION_KILLS {
+        tokio::time::sleep(rng.between(300, 1_300)).await;
+        let victim = (rng.next_u64() % 2) as usize;
+        writers[victim].kill9();
+        logs.extend(
+            writers[victim]
+                .stderr()
+                .lines()
+                .map(|line| format!("cycle {cycle}, writer {victim}: {line}")),
+        );
+        writers[victim] = spawn(dirs[victim].path());
+    }
+    let (acked, _) = producer.await.unwrap();
+    assert_eq!(acked, events.len(), "every event acked by ATL_INBOUND");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while messages(&admin, streams::INBOUND).await != Some(0) {
+        assert!(
+            Instant::now() < deadline,
+            "seed {seed}: the inbox did not drain\n{}",
+            tail(&logs.join("\n"))
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for writer in &mut writers {
+        let status = writer
+            .terminate(Duration::from_secs(30))
+            .expect("ingest stops on SIGTERM");
+        assert!(status.success(), "{}", tail(&writer.stderr()));
+    }
+    println!(
+        "{PARTITION_KILLS} ingest kills over two processes of four partitions in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // Every acked event exactly once, in its tenant's partition, in its tenant's order.
+    let mut landed: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for partition in partitions.all() {
+        let stream = partition.stream();
+        let tail_seq = toolledger_ledger::last_sequence(&admin, &stream).await.unwrap();
+        for (_, bytes) in toolledger_ledger::read_range(&admin, &stream, 1, tail_seq)
+            .await
+            .unwrap()
+        {
+            let entry = LedgerEntry::parse(&bytes).unwrap();
+            let tenant = entry
+                .event
+                .extension("tenant")
+                .map(|t| t.to_string())
+                .unwrap_or_default();
+            assert_eq!(
+                partitions.of(&tenant),
+                partition,
+                "seed {seed}: {tenant} in {partition}"
+            );
+            landed
+                .entry(tenant)
+                .or_default()
+                .push(entry.event.id().to_owned());
+        }
+    }
+    let mut produced: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for event in &events {
+        produced
+            .entry(event["tenant"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(event["id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(
+        landed, produced,
+        "seed {seed}: every event once, each tenant in order"
+    );
+
+    // Every partition and its checkpoints verify (as admin: the shipped reader covers p0 only).
+    let admin_url = url_as(&cluster, "admin");
+    let mut verify = service_with(
+        &["verify", "--nats-url", &admin_url, "--no-payloads"],
+        data.path(),
+        &[("TOOLLEDGER_LEDGER__PARTITIONS", "4")],
+    );
+    let status = verify
+        .wait_timeout(Duration::from_secs(120))
+        .expect("verify finishes");
+    let out = verify.stdout();
+    assert!(
+        status.success(),
+        "seed {seed}: verify failed\n{out}\n{}",
+        verify.stderr()
+    );
+    for partition in partitions.all() {
+        assert!(out.contains(&format!("partition {partition}")), "{out}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
