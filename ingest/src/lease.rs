@@ -158,18 +158,35 @@ impl Lease {
 /// The prefix of the ingest processes' membership keys in `ATL_LEASES`.
 const MEMBER_PREFIX: &str = "members.";
 
+/// What a membership key holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    /// The process.
+    pub holder: String,
+    /// Milliseconds since the Unix epoch at which it lapses unless renewed.
+    pub expires_at_ms: u64,
+    /// Whether one of its writers has got as far as waiting for a lease (its connection, stream
+    /// and partition-count checks passed): only such a process counts towards the shares, so one
+    /// that cannot write never takes partitions away from one that can.
+    #[serde(default)]
+    pub ready: bool,
+}
+
 /// How the partitions' leases are shared among the ingest processes that run.
 ///
 /// ```text
-/// every third of the lease time: own record `members.<holder>` {holder, expires_at_ms} renewed ─▶
-///   live members counted (records not expired; long-expired ones deleted) ─▶ share = ⌈partitions / members⌉
-///   holding more than the share? ─▶ the highest partition held is asked to stop (one at a time): it
-///   finishes its batch, signs, releases its lease and waits a lease time before trying again
+/// every third of the lease time: own record `members.<holder>` {holder, expires_at_ms, ready}
+///   renewed ─▶ ready members counted (records not expired; long-expired ones deleted)
+///   ─▶ share = ⌈partitions / members⌉
+///   more leases held than the share? ─▶ the highest partition whose lease is held is asked to stop
+///   (one at a time): it finishes its batch, signs, releases its lease and waits a lease time before
+///   trying again
 /// a partition's writer takes its lease only while this process holds fewer than its share
 /// ```
 ///
-/// Until the first count (or with no NATS) the share is every partition, as one process alone has.
-/// Nothing rests on the count being right: it only decides who tries; the leases decide who writes.
+/// Until the first count, or when counting has failed for a lease time, the share is every
+/// partition, as one process alone has. The count only decides who tries; the leases decide who
+/// writes.
 #[derive(Debug)]
 pub struct Membership {
     holder: String,
@@ -182,8 +199,14 @@ pub struct Membership {
 #[derive(Debug, Default)]
 struct Shares {
     share: usize,
+    /// Partitions reserved: being tried for, or leased.
     held: std::collections::BTreeSet<u16>,
+    /// Partitions whose lease a session of this process holds.
+    leased: std::collections::BTreeSet<u16>,
     yielding: Option<u16>,
+    ready: bool,
+    /// When the share was last counted.
+    counted: Option<std::time::Instant>,
     stops: std::collections::HashMap<u16, tokio::sync::watch::Sender<bool>>,
 }
 
@@ -228,10 +251,18 @@ impl Membership {
         self.shares().stops.insert(index, stop);
     }
 
+    /// One of this process's writers got as far as waiting for a lease.
+    pub fn ready(&self) {
+        self.shares().ready = true;
+    }
+
     /// Room for partition `index`: true (and counted as held) while this process holds fewer than
-    /// its share.
+    /// its share. The share is every partition when it has not been counted for a lease time.
     pub fn try_reserve(&self, index: u16) -> bool {
         let mut shares = self.shares();
+        if shares.counted.is_none_or(|at| at.elapsed() > self.ttl) {
+            shares.share = self.count;
+        }
         if shares.held.contains(&index) {
             return true;
         }
@@ -241,22 +272,28 @@ impl Membership {
         shares.held.insert(index)
     }
 
+    /// Partition `index`'s lease is held by a session of this process.
+    pub fn leased(&self, index: u16) {
+        self.shares().leased.insert(index);
+    }
+
     /// Partition `index` is no longer held (its session ended, or its lease was not free).
     pub fn release(&self, index: u16) {
         let mut shares = self.shares();
         shares.held.remove(&index);
+        shares.leased.remove(&index);
         if shares.yielding == Some(index) {
             shares.yielding = None;
         }
     }
 
-    /// Renews this process's record, counts the live members, and asks one partition to stop when
-    /// this process holds more than its share.
+    /// Renews this process's record, counts the ready members, and asks one partition to stop when
+    /// this process holds more leases than its share.
     pub async fn refresh(&self, store: &kv::Store) -> Result<()> {
-        let expires_at_ms = now_ms() + u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
-        let record = LeaseRecord {
+        let record = MemberRecord {
             holder: self.holder.clone(),
-            expires_at_ms,
+            expires_at_ms: now_ms() + u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
+            ready: self.shares().ready,
         };
         let value = serde_json::to_vec(&record).map_err(|e| lease_error(&self.key, e))?;
         store
@@ -271,23 +308,24 @@ impl Membership {
         let mut live = 0usize;
         let forgotten = now_ms().saturating_sub(10 * u64::try_from(self.ttl.as_millis()).unwrap_or(0));
         for name in names.iter().filter(|name| name.starts_with(MEMBER_PREFIX)) {
-            let Some(value) = store.get(name).await.map_err(|e| lease_error(name, e))? else {
+            let Some(entry) = store.entry(name).await.map_err(|e| lease_error(name, e))? else {
                 continue;
             };
-            match serde_json::from_slice::<LeaseRecord>(&value) {
-                Ok(record) if record.expires_at_ms > now_ms() => live += 1,
-                // A member gone for ten lease times: forgotten (a put renews a live one anyway).
+            match serde_json::from_slice::<MemberRecord>(&entry.value) {
+                Ok(record) if record.expires_at_ms > now_ms() => live += usize::from(record.ready),
+                // A member gone for ten lease times is forgotten, unless it renewed meanwhile.
                 Ok(record) if record.expires_at_ms < forgotten => {
-                    let _ = store.delete(name).await;
+                    let _ = store.purge_expect_revision(name, Some(entry.revision)).await;
                 }
                 _ => {}
             }
         }
         let mut shares = self.shares();
         shares.share = self.count.div_ceil(live.max(1));
-        if shares.held.len() > shares.share
+        shares.counted = Some(std::time::Instant::now());
+        if shares.leased.len() > shares.share
             && shares.yielding.is_none()
-            && let Some(&index) = shares.held.iter().next_back()
+            && let Some(&index) = shares.leased.iter().next_back()
             && let Some(stop) = shares.stops.get(&index)
         {
             tracing::info!(

@@ -31,6 +31,10 @@ use crate::toolledger;
 /// (4 GiB) times three does not fit a nearly full CI disk; the tests need a few MiB.
 const INBOUND_MAX_BYTES: &str = "268435456";
 
+/// One 3-node cluster at a time: two under load at once on a 2-core machine starve each other's
+/// elections, and a test would time out on what is only the other's load.
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Leader kills per CI run (STYLE.md asks for at least 20 kill cycles).
 const CYCLES: usize = 20;
 /// Leader kills in the on-demand soak run.
@@ -199,6 +203,7 @@ async fn cluster_leader_kills(cycles: usize, sessions: usize) {
     let seed = fault_seed();
     println!("cluster fault seed {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it), {cycles} leader kills");
     let mut rng = Rng(seed);
+    let _one_cluster = ONE_CLUSTER.lock().await;
     let mut cluster = tokio::task::block_in_place(|| NatsCluster::start(&env_secrets()));
     let data = tempfile::tempdir().unwrap();
     let out = tokio::task::block_in_place(|| init_r3(&cluster, data.path(), &["acme"]));
@@ -431,6 +436,7 @@ async fn r3_ledger_of_four_partitions_loses_nothing_while_one_of_two_ingest_proc
     let seed = fault_seed();
     println!("partitioned cluster fault seed {seed} (TOOLLEDGER_FAULT_SEED={seed} replays it)");
     let mut rng = Rng(seed);
+    let _one_cluster = ONE_CLUSTER.lock().await;
     let cluster = tokio::task::block_in_place(|| NatsCluster::start(&env_secrets()));
     let data = tempfile::tempdir().unwrap();
     let out =
@@ -462,7 +468,7 @@ async fn r3_ledger_of_four_partitions_loses_nothing_while_one_of_two_ingest_proc
                 "--ack-wait-ms",
                 "1500",
                 "--lease-ttl-ms",
-                "1500",
+                "3000",
                 "--batch-size",
                 "64",
             ],
@@ -510,6 +516,9 @@ async fn r3_ledger_of_four_partitions_loses_nothing_while_one_of_two_ingest_proc
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Every partition has a live writer again (whatever the last kill left lapsed is taken over),
+    // so stopping them signs every partition's tail.
+    crate::partitions::wait_until_every_partition_is_leased(&admin, partitions).await;
     for writer in &mut writers {
         let status = writer
             .terminate(Duration::from_secs(30))
@@ -594,6 +603,7 @@ async fn soak_r3_ledger_survives_its_leader_killed_under_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shipped_cluster_configs_enforce_the_permissions_on_every_node() {
+    let _one_cluster = ONE_CLUSTER.lock().await;
     let cluster = tokio::task::block_in_place(|| NatsCluster::start(&env_secrets()));
     let data = tempfile::tempdir().unwrap();
     tokio::task::block_in_place(|| init_r3(&cluster, data.path(), &["acme", "globex"]));

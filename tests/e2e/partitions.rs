@@ -185,6 +185,39 @@ fn up_and_the_other_readers_refuse_more_than_one_partition_until_they_follow_the
     }
 }
 
+/// Waits (30 s at most) until every partition's lease is held and not lapsed.
+pub(crate) async fn wait_until_every_partition_is_leased(js: &jetstream::Context, partitions: Partitions) {
+    let store = js.get_key_value("ATL_LEASES").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let mut leased = 0;
+        for partition in partitions.all() {
+            let record = store
+                .get(partition.lease_key())
+                .await
+                .ok()
+                .flatten()
+                .and_then(|value| {
+                    serde_json::from_slice::<toolledger_ingest::lease::LeaseRecord>(&value).ok()
+                });
+            leased += usize::from(record.is_some_and(|r| r.expires_at_ms > now));
+        }
+        if leased == usize::from(partitions.count()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{leased} of {} partitions leased",
+            partitions.count()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// SIGKILL cycles of the partitioned fault test (at least ten).
 const KILL_CYCLES: usize = 12;
 const FAULT_TENANTS: [&str; 8] = [
@@ -294,6 +327,8 @@ async fn two_writers_of_four_partitions_killed_at_random_moments_lose_and_repeat
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Every partition has a live writer again, so stopping them signs every partition's tail.
+    wait_until_every_partition_is_leased(&js, partitions).await;
     for writer in &mut writers {
         let status = writer
             .terminate(Duration::from_secs(30))

@@ -277,8 +277,15 @@ async fn keep_membership(
     while !*stop.borrow() {
         if store.is_none() {
             store = match connector.connect().await {
-                Ok(js) => js.get_key_value(LEASE_BUCKET).await.ok(),
-                Err(_) => None,
+                Ok(js) => js
+                    .get_key_value(LEASE_BUCKET)
+                    .await
+                    .map_err(|e| tracing::warn!(error = %e, "could not open {LEASE_BUCKET} for this ingest's membership"))
+                    .ok(),
+                Err(error) => {
+                    tracing::warn!(error = %ErrorChain(&error), "could not connect for this ingest's membership");
+                    None
+                }
             };
         }
         if let Some(kv) = &store
@@ -356,6 +363,12 @@ async fn write_partition(
     let stages = Arc::new(Stages::open(settings)?);
     let mut failures = 0u32;
     while !*stop.borrow() {
+        // A partition handed on (or a hand-on asked of a session that ended otherwise) is not
+        // handed on again by the next session; shutdown still is.
+        hand_on.send_replace(false);
+        if *stop.borrow() {
+            hand_on.send_replace(true);
+        }
         let session = tokio::select! {
             session = Session::start(connector, settings, &index, &stages, metrics, membership) => session,
             _ = stop.changed() => return Ok(()),
@@ -394,7 +407,6 @@ async fn write_partition(
                 // Handed on: another ingest takes the partition; try again only after a lease time.
                 tracing::info!(partition = %settings.partition, "handed the partition on");
                 health.ok(&settings.component(), "handed on to another ingest");
-                let _ = hand_on.send(false);
                 tokio::select! {
                     () = tokio::time::sleep(settings.lease_ttl) => {},
                     _ = stop.changed() => return Ok(()),
@@ -730,6 +742,7 @@ impl Session {
             .map_err(|e| Error::stream(LEASE_BUCKET, "opening the bucket", e))?;
         // Taken only while this process holds fewer partitions than its share, so the writers of
         // several processes spread over the partitions.
+        membership.ready();
         let mut waited = false;
         let (lease, reservation) = loop {
             if membership.try_reserve(partition.index()) {
@@ -745,6 +758,7 @@ impl Session {
                 )
                 .await?
                 {
+                    membership.leased(partition.index());
                     break (lease, reservation);
                 }
             }

@@ -384,3 +384,45 @@ async fn two_processes_share_the_partitions_and_the_first_hands_half_on() {
     let all: Vec<_> = first.iter().chain(&second).chain(&third).cloned().collect();
     assert_eq!(landed, ids_by_tenant(&all));
 }
+
+#[tokio::test]
+async fn a_process_that_cannot_write_takes_no_partition_from_one_that_can() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let partitions = partitioned_contract(&js, 4).await;
+    let (a_dir, b_dir) = two_data_dirs();
+    let a = Running::start_with(&nats, a_dir.path(), |settings| {
+        settings.partitions = partitions;
+        settings.holder = "a".to_owned();
+        settings.lease_ttl = Duration::from_millis(1500);
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lease_holders(&js, partitions)
+        .await
+        .iter()
+        .filter(|h| h.as_deref() == Some("a"))
+        .count()
+        < 4
+    {
+        assert!(Instant::now() < deadline, "a never held every partition");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // B is configured with another count: its sessions fail their check before any lease, so it
+    // never counts as a member that can write.
+    let b = Running::start_with(&nats, b_dir.path(), |settings| {
+        settings.partitions = Partitions::new(2).unwrap();
+        settings.holder = "b".to_owned();
+        settings.lease_ttl = Duration::from_millis(1500);
+    });
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(5) {
+        let holders = lease_holders(&js, partitions).await;
+        assert!(
+            holders.iter().all(|h| h.as_deref() == Some("a")),
+            "a handed a partition on to a process that cannot write it: {holders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(b);
+    a.stop().await;
+}
