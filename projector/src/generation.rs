@@ -109,12 +109,18 @@ impl Generations {
         Ok(Some(generation))
     }
 
-    /// The current generation, creating `gen-1` and pointing at it when there is none yet.
+    /// The current generation, creating `gen-1` (its database included, so `current` never names
+    /// a generation without one, even if the process dies here) and pointing at it when there is
+    /// none yet.
     pub fn current_or_init(&self) -> Result<Generation> {
         if let Some(generation) = self.current()? {
             return Ok(generation);
         }
         let generation = self.create_next()?;
+        drop(crate::store::Store::open(
+            &generation.database(),
+            toolledger_schemas::state::Config::default(),
+        )?);
         self.switch_to(&generation)?;
         Ok(generation)
     }
