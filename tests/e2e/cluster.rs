@@ -531,38 +531,8 @@ async fn r3_ledger_of_four_partitions_loses_nothing_while_one_of_two_ingest_proc
     );
 
     // Every acked event exactly once, in its tenant's partition, in its tenant's order.
-    let mut landed: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for partition in partitions.all() {
-        let stream = partition.stream();
-        let tail_seq = toolledger_ledger::last_sequence(&admin, &stream).await.unwrap();
-        for (_, bytes) in toolledger_ledger::read_range(&admin, &stream, 1, tail_seq)
-            .await
-            .unwrap()
-        {
-            let entry = LedgerEntry::parse(&bytes).unwrap();
-            let tenant = entry
-                .event
-                .extension("tenant")
-                .map(|t| t.to_string())
-                .unwrap_or_default();
-            assert_eq!(
-                partitions.of(&tenant),
-                partition,
-                "seed {seed}: {tenant} in {partition}"
-            );
-            landed
-                .entry(tenant)
-                .or_default()
-                .push(entry.event.id().to_owned());
-        }
-    }
-    let mut produced: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for event in &events {
-        produced
-            .entry(event["tenant"].as_str().unwrap().to_owned())
-            .or_default()
-            .push(event["id"].as_str().unwrap().to_owned());
-    }
+    let landed = crate::partitions::ids_by_tenant_in_their_partitions(&admin, partitions, seed).await;
+    let produced = crate::partitions::ids_by_tenant(&events);
     assert_eq!(
         landed, produced,
         "seed {seed}: every event once, each tenant in order"

@@ -185,6 +185,50 @@ fn up_and_the_other_readers_refuse_more_than_one_partition_until_they_follow_the
     }
 }
 
+/// Every partition's entries as each tenant's event ids in ledger order, every entry checked to be
+/// in its tenant's partition.
+pub(crate) async fn ids_by_tenant_in_their_partitions(
+    js: &jetstream::Context,
+    partitions: Partitions,
+    seed: u64,
+) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut landed: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for partition in partitions.all() {
+        let stream = partition.stream();
+        let tail = toolledger_ledger::last_sequence(js, &stream).await.unwrap();
+        for (_, bytes) in toolledger_ledger::read_range(js, &stream, 1, tail).await.unwrap() {
+            let entry = toolledger_wire::LedgerEntry::parse(&bytes).unwrap();
+            let tenant = entry
+                .event
+                .extension("tenant")
+                .map(|t| t.to_string())
+                .unwrap_or_default();
+            assert_eq!(
+                partitions.of(&tenant),
+                partition,
+                "seed {seed}: {tenant} in {partition}"
+            );
+            landed
+                .entry(tenant)
+                .or_default()
+                .push(entry.event.id().to_owned());
+        }
+    }
+    landed
+}
+
+/// The events' ids tenant by tenant, in the order produced.
+pub(crate) fn ids_by_tenant(events: &[serde_json::Value]) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut produced: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for event in events {
+        produced
+            .entry(event["tenant"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(event["id"].as_str().unwrap().to_owned());
+    }
+    produced
+}
+
 /// Waits (30 s at most) until every partition's lease is held and not lapsed.
 pub(crate) async fn wait_until_every_partition_is_leased(js: &jetstream::Context, partitions: Partitions) {
     let store = js.get_key_value("ATL_LEASES").await.unwrap();
@@ -341,38 +385,8 @@ async fn two_writers_of_four_partitions_killed_at_random_moments_lose_and_repeat
     );
 
     // Every acked event exactly once, in its tenant's partition, in its tenant's order.
-    let mut landed: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for partition in partitions.all() {
-        let stream = partition.stream();
-        let tail = toolledger_ledger::last_sequence(&js, &stream).await.unwrap();
-        for (_, bytes) in toolledger_ledger::read_range(&js, &stream, 1, tail)
-            .await
-            .unwrap()
-        {
-            let entry = toolledger_wire::LedgerEntry::parse(&bytes).unwrap();
-            let tenant = entry
-                .event
-                .extension("tenant")
-                .map(|t| t.to_string())
-                .unwrap_or_default();
-            assert_eq!(
-                partitions.of(&tenant),
-                partition,
-                "seed {seed}: {tenant} in {partition}"
-            );
-            landed
-                .entry(tenant)
-                .or_default()
-                .push(entry.event.id().to_owned());
-        }
-    }
-    let mut produced: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for event in &events {
-        produced
-            .entry(event["tenant"].as_str().unwrap().to_owned())
-            .or_default()
-            .push(event["id"].as_str().unwrap().to_owned());
-    }
+    let landed = ids_by_tenant_in_their_partitions(&js, partitions, seed).await;
+    let produced = ids_by_tenant(&events);
     for (tenant, expected) in &produced {
         let ids = landed.get(tenant).cloned().unwrap_or_default();
         assert_eq!(
