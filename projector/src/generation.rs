@@ -5,6 +5,8 @@
 //!   current              "gen-2\n" — replaced atomically (write current.tmp, fsync, rename, fsync dir)
 //!   gen-1/toolledger.sqlite   the previous generation, still readable by whoever has it open
 //!   gen-2/toolledger.sqlite   the current one
+//! <data_dir>/projections-p<K>/   the same for partition K ≥ 1 of a partitioned ledger (its own
+//!                                 generations and position: DESIGN §8)
 //! ```
 //!
 //! A generation that `current` does not name is either an older one or a rebuild that did not
@@ -17,6 +19,8 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use toolledger_wire::partition::Partition;
+
 use crate::error::{Error, Result};
 
 /// The database file inside a generation directory.
@@ -28,6 +32,7 @@ pub const POINTER_FILE: &str = "current";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Generations {
     root: PathBuf,
+    partition: Partition,
 }
 
 /// One generation directory.
@@ -59,11 +64,23 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 }
 
 impl Generations {
-    /// The projections of `data_dir` (`<data_dir>/projections`).
+    /// The projections of `data_dir` (`<data_dir>/projections`): a single ledger's, or partition
+    /// p0's.
     pub fn new(data_dir: &Path) -> Generations {
+        Generations::of(data_dir, Partition::ZERO)
+    }
+
+    /// The projections of `partition` (`<data_dir>/projections-p<K>`; p0's is `projections`).
+    pub fn of(data_dir: &Path, partition: Partition) -> Generations {
         Generations {
-            root: data_dir.join("projections"),
+            root: data_dir.join(partition.file_name("projections")),
+            partition,
         }
+    }
+
+    /// The ledger partition these projections follow.
+    pub fn partition(&self) -> Partition {
+        self.partition
     }
 
     /// The projections directory.

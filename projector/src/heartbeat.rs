@@ -20,6 +20,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use toolledger_core::telemetry::Health;
 
+use toolledger_wire::partition::Partition;
+
 use crate::error::{Error, Result};
 use crate::generation::Generations;
 
@@ -30,8 +32,13 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 /// A heartbeat older than this is a projector that is not running: six missed beats, so a loaded
 /// machine's slow beat is not mistaken for a dead projector.
 pub const HEARTBEAT_STALE: Duration = Duration::from_secs(30);
-/// The health board's component for the projector.
+/// The health board's component for the projector (of a single ledger, or of partition p0).
 pub const COMPONENT: &str = "projector";
+
+/// The health board's component for the projector of `partition`: `projector`, `projector-p<K>`.
+pub fn component(partition: Partition) -> String {
+    partition.file_name(COMPONENT)
+}
 
 /// What the projector says it is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,9 +183,12 @@ impl Pulse {
     /// Records a new state at once: on the board and in the file.
     pub(crate) fn set(&self, state: ProjectorState, detail: &str) {
         if let Some(health) = &self.health {
+            let component = component(self.generations.partition());
             match state {
-                ProjectorState::Running => health.ok(COMPONENT, detail),
-                ProjectorState::Failing | ProjectorState::Stopped => health.failing(COMPONENT, detail),
+                ProjectorState::Running => health.ok(&component, detail),
+                ProjectorState::Failing | ProjectorState::Stopped => {
+                    health.failing(&component, detail);
+                }
             }
         }
         {

@@ -7,8 +7,9 @@
 //! ```
 //!
 //! Modules:
-//! - [`runner`]: the services — [`run`] follows the ledger into the current generation, [`rebuild`]
-//!   writes a new generation from seq 1 and switches `current` to it. NATS enters here.
+//! - [`runner`]: the services — [`run`] follows one ledger partition into its current generation
+//!   ([`run_partitions`] several in one process, each from its own position), [`rebuild`] writes a
+//!   new generation from seq 1 and switches `current` to it. NATS enters here.
 //! - [`store`]: one projection database — schema ([`SCHEMA_SQL`], documented in
 //!   `docs/projections.md`), position, [`Store::apply_batch`], [`Store::table_contents`].
 //! - `apply` (private): what one entry does to the tables — the events index, the invocation
@@ -16,7 +17,8 @@
 //!   mutations, error, tool; anomalies recorded, never dropped; each invocation's row written once
 //!   per batch, or once per rebuild for most), decisions, hooks, progress, results, catalog,
 //!   surfaces, deferred refs, sessions and the ledger's own records. Partial snapshots are merged field by field.
-//! - [`generation`]: `<data_dir>/projections/gen-<n>/` and the atomically switched `current` pointer.
+//! - [`generation`]: the generation directories and the atomically switched `current` pointer,
+//!   `<data_dir>/projections/gen-<n>/` (`projections-p<K>/` for partition K ≥ 1).
 //! - [`heartbeat`]: the running projector's state in `<data_dir>/projections/projector.heartbeat`,
 //!   rewritten every few seconds, so the query service and `doctor` can tell whether it projects.
 //! - [`sql`]: analysts' read-only SQL over one tenant's views of allow-listed tables, under an
@@ -38,6 +40,6 @@ pub mod store;
 pub use error::{Error, Result, is_damaged};
 pub use generation::{Generation, Generations};
 pub use heartbeat::{Heartbeat, ProjectorState};
-pub use runner::{Options, RebuildSummary, RunSummary, rebuild, run};
+pub use runner::{Metrics, Options, RebuildSummary, RunSummary, rebuild, run, run_partitions};
 pub use sql::{SqlInterrupt, SqlLimits, SqlResult, SqlScope, TENANT_TABLES, run_sql, run_sql_interruptible};
 pub use store::{RawEntry, SCHEMA_SQL, SCHEMA_VERSION, Store};

@@ -21,12 +21,15 @@ use std::time::{Duration, Instant};
 use toolledger_core::telemetry::ErrorChain;
 
 use async_nats::jetstream;
+use futures::FutureExt;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use toolledger_core::telemetry::Telemetry;
 use toolledger_ledger::{OrderedReader, ReadSpec};
 use toolledger_schemas::state::Config as StateConfig;
-use toolledger_wire::streams::LEDGER;
+use toolledger_wire::partition::Partition;
 
 use crate::error::{Error, Result};
 use crate::generation::{Generation, Generations};
@@ -42,22 +45,29 @@ pub const CHANNEL_CAPACITY: usize = 4;
 /// How the projector runs.
 #[derive(Clone)]
 pub struct Options {
-    /// The data directory; projections live in `<data_dir>/projections`.
+    /// The data directory; projections live in `<data_dir>/projections` (a partition's in
+    /// [`Generations::of`]).
     pub data_dir: PathBuf,
+    /// The ledger partition projected: its stream, its projections directory, its position.
+    pub partition: Partition,
     /// Most entries per SQLite transaction.
     pub batch_size: usize,
     /// The state machine's knobs (out-of-order skew).
     pub state: StateConfig,
     /// How often a progress line is logged while entries are applied.
     pub progress_every: Duration,
-    /// Where to register the position and lag gauges, if anywhere.
+    /// The health board (and heartbeat) component's board, if any ([`Options::with_telemetry`]).
     pub telemetry: Option<Telemetry>,
+    /// The position and lag gauges, one series per partition ([`Options::with_telemetry`]
+    /// registers them; by default they are kept but exported nowhere).
+    pub metrics: Metrics,
 }
 
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
             .field("data_dir", &self.data_dir)
+            .field("partition", &self.partition)
             .field("batch_size", &self.batch_size)
             .field("state", &self.state)
             .field("progress_every", &self.progress_every)
@@ -67,15 +77,66 @@ impl std::fmt::Debug for Options {
 }
 
 impl Options {
-    /// Defaults for `data_dir`: batches of 500, a 5 s skew, progress every 5 s, no metrics.
+    /// Defaults for `data_dir`: partition p0, batches of 500, a 5 s skew, progress every 5 s, no
+    /// metrics.
     pub fn new(data_dir: PathBuf) -> Options {
         Options {
             data_dir,
+            partition: Partition::ZERO,
             batch_size: 500,
             state: StateConfig::default(),
             progress_every: Duration::from_secs(5),
             telemetry: None,
+            metrics: Metrics::default(),
         }
+    }
+
+    /// These options reporting to `telemetry`: health on its board, gauges in its registry (once,
+    /// however many partitions the options are then cloned for).
+    #[must_use]
+    pub fn with_telemetry(self, telemetry: Telemetry) -> Options {
+        Options {
+            metrics: Metrics::registered(&telemetry),
+            telemetry: Some(telemetry),
+            ..self
+        }
+    }
+
+    fn generations(&self) -> Generations {
+        Generations::of(&self.data_dir, self.partition)
+    }
+}
+
+/// The `partition` label of the projector's gauges (`p0`, `p1`, …).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartitionLabel {
+    partition: String,
+}
+
+/// The projector's gauges: one series per partition of each.
+#[derive(Clone, Default)]
+pub struct Metrics {
+    position: Family<PartitionLabel, Gauge<i64, AtomicI64>>,
+    lag: Family<PartitionLabel, Gauge<i64, AtomicI64>>,
+}
+
+impl Metrics {
+    /// The gauges, registered in `telemetry`'s registry.
+    pub fn registered(telemetry: &Telemetry) -> Metrics {
+        let metrics = Metrics::default();
+        telemetry.register(|registry| {
+            registry.register(
+                "projector_position",
+                "Ledger sequence of the last entry in the partition's current projection",
+                metrics.position.clone(),
+            );
+            registry.register(
+                "projector_lag",
+                "Ledger entries of the partition not yet applied to its projection",
+                metrics.lag.clone(),
+            );
+        });
+        metrics
     }
 }
 
@@ -99,39 +160,30 @@ pub struct RebuildSummary {
     pub switched: bool,
 }
 
-/// Position and lag, shared with the writer thread and exported as gauges.
-#[derive(Clone, Default)]
+/// One partition's position and lag, shared with the writer thread.
+#[derive(Clone)]
 struct Meter {
     position: Gauge<i64, AtomicI64>,
     lag: Gauge<i64, AtomicI64>,
 }
 
 impl Meter {
-    fn new(telemetry: Option<&Telemetry>) -> Meter {
-        let meter = Meter::default();
-        if let Some(telemetry) = telemetry {
-            telemetry.register(|registry| {
-                registry.register(
-                    "projector_position",
-                    "Ledger sequence of the last entry in the current projection",
-                    meter.position.clone(),
-                );
-                registry.register(
-                    "projector_lag",
-                    "Ledger entries not yet applied to the projection",
-                    meter.lag.clone(),
-                );
-            });
+    fn new(options: &Options) -> Meter {
+        let label = PartitionLabel {
+            partition: options.partition.to_string(),
+        };
+        Meter {
+            position: options.metrics.position.get_or_create(&label).clone(),
+            lag: options.metrics.lag.get_or_create(&label).clone(),
         }
-        meter
     }
 }
 
-/// A failed ledger read as the projector reports it (its error keeps text only, so the causes are
-/// written out).
-fn read_error(error: toolledger_ledger::Error) -> Error {
-    Error::Ledger {
-        stream: LEDGER.to_owned(),
+/// A failed read of `partition`'s ledger stream as the projector reports it (its error keeps text
+/// only, so the causes are written out).
+fn read_error(partition: Partition) -> impl Fn(toolledger_ledger::Error) -> Error {
+    move |error| Error::Ledger {
+        stream: partition.stream(),
         reason: toolledger_ledger::with_causes(&error),
     }
 }
@@ -167,7 +219,10 @@ async fn pump<S: Future<Output = ()>>(
         Some(until) => ReadSpec::range(from, until),
         None => ReadSpec::follow(from),
     };
-    let mut reader = OrderedReader::open(js, LEDGER, spec).await.map_err(read_error)?;
+    let stream = options.partition.stream();
+    let mut reader = OrderedReader::open(js, &stream, spec)
+        .await
+        .map_err(read_error(options.partition))?;
     let batch_size = options.batch_size.max(1);
 
     let (tx, rx) = mpsc::channel::<Vec<RawEntry>>(CHANNEL_CAPACITY);
@@ -298,8 +353,8 @@ const REPAIR_POLL: Duration = Duration::from_secs(2);
 /// How often the unusable projection is logged again while the projector waits for the repair.
 const REPAIR_REMINDER: Duration = Duration::from_secs(60);
 
-/// Runs `project`: follows ATL_LEDGER into the current generation (creating `gen-1` on first use)
-/// until `shutdown` completes. When `rebuild` switches generations, it reopens the new one and
+/// Runs `project` for one partition (`options.partition`): follows its ledger stream into its
+/// current generation (creating `gen-1` on first use) until `shutdown` completes. When `rebuild` switches generations, it reopens the new one and
 /// continues from that one's position.
 ///
 /// A projection it cannot use — a damaged file, another schema, a `current` that names nothing
@@ -312,7 +367,7 @@ pub async fn run(
     options: &Options,
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunSummary> {
-    let generations = Generations::new(&options.data_dir);
+    let generations = options.generations();
     let pulse = Pulse::start(
         &generations,
         options.telemetry.as_ref().map(|t| t.health().clone()),
@@ -344,7 +399,7 @@ async fn follow(
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunSummary> {
     let js = jetstream::new(client);
-    let meter = Meter::new(options.telemetry.as_ref());
+    let meter = Meter::new(options);
     let mut shutdown = std::pin::pin!(shutdown);
     let mut unusable = Unusable::default();
     loop {
@@ -388,7 +443,7 @@ async fn follow(
             ProjectorState::Running,
             &format!("{} from seq {}", generation.name(), start + 1),
         );
-        tracing::info!(generation = %generation.name(), position = start, "projecting the ledger");
+        tracing::info!(partition = %options.partition, generation = %generation.name(), position = start, "projecting the ledger");
         let pumped = pump(
             &js,
             store,
@@ -436,6 +491,27 @@ async fn follow(
             }
         }
     }
+}
+
+/// Runs [`run`] for each of `partitions` in this process — one projector for several, each
+/// partition into its own projections from its own position — until `shutdown`, or until one of
+/// them ends with an error (which ends the others: a service manager restarts the process).
+pub async fn run_partitions(
+    client: async_nats::Client,
+    options: &Options,
+    partitions: &[Partition],
+    shutdown: impl Future<Output = ()>,
+) -> Result<Vec<RunSummary>> {
+    let shutdown = shutdown.shared();
+    futures::future::try_join_all(partitions.iter().map(|&partition| {
+        let options = Options {
+            partition,
+            ..options.clone()
+        };
+        let (client, shutdown) = (client.clone(), shutdown.clone());
+        async move { run(client, &options, shutdown).await }
+    }))
+    .await
 }
 
 /// The projector's wait while its projection cannot be used: what it said last and when.
@@ -487,11 +563,11 @@ pub async fn rebuild(
     shutdown: impl Future<Output = ()>,
 ) -> Result<RebuildSummary> {
     let js = jetstream::new(client);
-    let generations = Generations::new(&options.data_dir);
-    let meter = Meter::new(options.telemetry.as_ref());
-    let target = toolledger_ledger::last_sequence(&js, LEDGER)
+    let generations = options.generations();
+    let meter = Meter::new(options);
+    let target = toolledger_ledger::last_sequence(&js, &options.partition.stream())
         .await
-        .map_err(read_error)?;
+        .map_err(read_error(options.partition))?;
     let generation = generations.create_next()?;
     tracing::info!(generation = %generation.name(), target, "rebuilding the projection");
     let database = generation.database();

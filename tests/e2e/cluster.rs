@@ -557,6 +557,31 @@ async fn r3_ledger_of_four_partitions_loses_nothing_while_one_of_two_ingest_proc
     for partition in partitions.all() {
         assert!(out.contains(&format!("partition {partition}")), "{out}");
     }
+
+    // Each partition projected (as the shipped projector identity) equals its rebuild.
+    let mut last = Vec::new();
+    for partition in partitions.all() {
+        let mut stream = admin.get_stream(partition.stream()).await.unwrap();
+        last.push(stream.info().await.unwrap().state.last_sequence);
+    }
+    let projector_url = url_as(&cluster, "projector");
+    let four = [("TOOLLEDGER_LEDGER__PARTITIONS", "4")];
+    tokio::task::block_in_place(|| {
+        crate::partitions::project_and_rebuild_every_partition(
+            data.path(),
+            partitions,
+            &last,
+            |args| service_with(args, data.path(), &four),
+            |args| {
+                let mut child = service_with(args, data.path(), &four);
+                let status = child
+                    .wait_timeout(Duration::from_secs(120))
+                    .expect("the tool finishes");
+                (status.success(), child.stdout(), child.stderr())
+            },
+            &projector_url,
+        );
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

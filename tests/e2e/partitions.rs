@@ -1,13 +1,15 @@
 //! A partitioned ledger through the binary (`docs/scaling.md`): `init --partitions 3`, producers of
 //! several tenants, `ingest` writing every partition, `verify` checking each partition against its
-//! own checkpoints; and `up`, whose readers follow one partition for now, refusing more.
+//! own checkpoints, `project` and `rebuild` projecting each into its own projections; and `up`,
+//! whose readers follow one partition for now, refusing more.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use toolledger_projector::{Generations, Store};
 use toolledger_testkit::{ChildProcess, NatsFixture};
-use toolledger_wire::partition::Partitions;
+use toolledger_wire::partition::{Partition, Partitions};
 
 use crate::toolledger;
 
@@ -78,7 +80,7 @@ fn counts(nats: &NatsFixture, partitions: Partitions) -> (Vec<u64>, Vec<u64>) {
 }
 
 #[test]
-fn a_ledger_of_three_partitions_is_written_and_verified_partition_by_partition() {
+fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_partition() {
     let nats = NatsFixture::start();
     let url = nats.url();
     let env = Env::new(3);
@@ -157,6 +159,15 @@ fn a_ledger_of_three_partitions_is_written_and_verified_partition_by_partition()
     let (ok, _, err) = env.run(&["verify", "--nats-url", &url, "--partition", "3"]);
     assert!(!ok && err.contains("3 partition(s)"), "{err}");
 
+    project_and_rebuild_every_partition(
+        env.data.path(),
+        partitions,
+        &entries,
+        |args| env.spawn(args),
+        |args| env.run(args),
+        &url,
+    );
+
     // A configuration with another count is refused before anything is written.
     let one = Env::new(1);
     let (ok, _, err) = one.run(&["init", "--nats-url", &url]);
@@ -173,7 +184,6 @@ fn up_and_the_other_readers_refuse_more_than_one_partition_until_they_follow_the
     // in another partition.
     for command in [
         &["erase", "--tenant", "acme", "--all", "--reason", "gdpr"][..],
-        &["project"],
         &["serve"],
         &["export"],
     ] {
@@ -182,6 +192,96 @@ fn up_and_the_other_readers_refuse_more_than_one_partition_until_they_follow_the
             !ok && err.contains("reads one ledger partition"),
             "{command:?}: {err}"
         );
+    }
+}
+
+/// `project` (every partition, one process) until each partition's projection holds its stream's
+/// `last` entries, then `rebuild`: each partition's projection holds its own tenants only, every
+/// entry once, and its rebuild equals its incremental projection.
+pub(crate) fn project_and_rebuild_every_partition(
+    data: &Path,
+    partitions: Partitions,
+    last: &[u64],
+    spawn: impl Fn(&[&str]) -> ChildProcess,
+    run: impl Fn(&[&str]) -> (bool, String, String),
+    url: &str,
+) {
+    let projected = |partition: Partition| {
+        let generation = Generations::of(data, partition).current().ok().flatten()?;
+        let store = Store::open_readonly(&generation.database()).ok()?;
+        Some((generation, store.position().ok()?))
+    };
+    let mut project = spawn(&["project", "--nats-url", url]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !partitions
+        .all()
+        .zip(last)
+        .all(|(partition, last)| projected(partition).is_some_and(|(_, at)| at == *last))
+    {
+        assert!(
+            Instant::now() < deadline && project.try_status().is_none(),
+            "projections not at {last:?}\n{}",
+            project.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = project.terminate(Duration::from_secs(30)).expect("project stops");
+    assert!(status.success(), "{}", project.stderr());
+    for partition in partitions.all() {
+        assert!(
+            project
+                .stdout()
+                .contains(&format!("{}: stopped at seq", partition.stream())),
+            "{}",
+            project.stdout()
+        );
+    }
+
+    let mut incremental = Vec::new();
+    for (partition, last) in partitions.all().zip(last) {
+        let (generation, _) = projected(partition).unwrap();
+        let store = Store::open_readonly(&generation.database()).unwrap();
+        let (count, max): (u64, Option<u64>) = store
+            .connection()
+            .query_row("SELECT count(*), max(seq) FROM events", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((count, max.unwrap_or(0)), (*last, *last), "{partition}");
+        let mut tenants = store
+            .connection()
+            .prepare("SELECT DISTINCT tenant FROM events")
+            .unwrap();
+        let tenants: Vec<String> = tenants
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        for tenant in tenants {
+            assert_eq!(partitions.of(&tenant), partition, "tenant {tenant}");
+        }
+        incremental.push((generation, store.table_contents().unwrap()));
+    }
+
+    let (ok, out, err) = run(&["rebuild", "--nats-url", url]);
+    assert!(ok, "rebuild failed\n{out}\n{err}");
+    for (partition, (before, tables)) in partitions.all().zip(&incremental) {
+        let rebuilt = Generations::of(data, partition).current().unwrap().unwrap();
+        assert!(rebuilt.number > before.number, "{partition}: {out}");
+        let rebuilt = Store::open_readonly(&rebuilt.database())
+            .unwrap()
+            .table_contents()
+            .unwrap();
+        assert_eq!(
+            rebuilt.keys().collect::<Vec<_>>(),
+            tables.keys().collect::<Vec<_>>()
+        );
+        for (table, rows) in tables {
+            assert!(
+                rows == &rebuilt[table],
+                "{partition}: table {table} differs between the rebuild and the incremental projection"
+            );
+        }
     }
 }
 

@@ -148,8 +148,6 @@ fn main() -> ExitCode {
     // The readers of a single ledger stream; the partitions after p0 are not theirs yet.
     let one_stream = match &cli.command {
         Command::Up(_) => Some("up"),
-        Command::Project(_) => Some("project"),
-        Command::Rebuild(_) => Some("rebuild"),
         Command::Export(_) => Some("export"),
         Command::Serve(_) => Some("serve"),
         Command::Erase(_) => Some("erase"),
@@ -172,7 +170,8 @@ fn main() -> ExitCode {
         eprintln!(
             "toolledger {command}: ledger.partitions = {}: this command reads one ledger partition \
              until the readers follow every partition (docs/scaling.md); `toolledger ingest` writes \
-             a partitioned ledger and `toolledger verify` checks every partition",
+             a partitioned ledger, `toolledger project` and `rebuild` project every partition and \
+             `toolledger verify` checks every partition",
             config.ledger.partitions
         );
         return ExitCode::FAILURE;

@@ -28,6 +28,32 @@ pub mod verify;
 pub mod verify_bundle;
 pub mod witness;
 
+/// The partitions a command works on: those named (`--partition K`, each below the ledger's count),
+/// else every partition of the ledger (`ledger.partitions`), p0 first.
+pub fn chosen_partitions(
+    config: &toolledger_core::config::Config,
+    named: &[u16],
+) -> anyhow::Result<Vec<toolledger_wire::partition::Partition>> {
+    use toolledger_wire::partition::{Partition, Partitions};
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    if named.is_empty() {
+        return Ok(partitions.all().collect());
+    }
+    let mut chosen = Vec::new();
+    for &index in named {
+        anyhow::ensure!(
+            index < partitions.count(),
+            "--partition {index}: the ledger has {} partition(s) (ledger.partitions)",
+            partitions.count()
+        );
+        if !chosen.contains(&Partition::new(index)) {
+            chosen.push(Partition::new(index));
+        }
+    }
+    chosen.sort_by_key(|p: &Partition| p.index());
+    Ok(chosen)
+}
+
 /// Completes on Ctrl-C (SIGINT) or SIGTERM, whichever comes first. The handlers are installed when
 /// this is called, not when the future is first polled, so a signal right after start is not lost
 /// to the default action. Must be called inside the runtime.

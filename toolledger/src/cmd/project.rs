@@ -1,9 +1,12 @@
-//! `toolledger project` and `toolledger rebuild`: the SQLite projections of ATL_LEDGER.
+//! `toolledger project` and `toolledger rebuild`: the SQLite projections of the ledger, one per
+//! partition (`--partition K` for some; default every partition of `ledger.partitions`).
 //!
 //! ```text
-//! project: connect ─▶ serve /metrics, /healthz ─▶ follow the ledger into <data_dir>/projections/
-//!          (current generation, from its stored position) until Ctrl-C / SIGTERM
-//! rebuild: connect ─▶ new generation from seq 1 up to the ledger's last entry ─▶ switch `current`
+//! project: connect ─▶ serve /metrics, /healthz ─▶ follow each partition's stream into its
+//!          <data_dir>/projections[-p<K>]/ (current generation, from its own stored position)
+//!          until Ctrl-C / SIGTERM
+//! rebuild: connect ─▶ per partition: new generation from seq 1 up to the stream's last entry
+//!          ─▶ switch its `current`
 //! ```
 
 use std::time::Duration;
@@ -26,6 +29,11 @@ pub struct Args {
     /// Seconds between progress lines while entries are applied.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
     pub progress_every: u64,
+    /// Only this partition of a partitioned ledger (0 is `ATL_LEDGER`); repeat for several. The
+    /// default is every partition, so several processes share the work by naming disjoint sets
+    /// (`docs/scaling.md`).
+    #[arg(long = "partition", value_name = "K")]
+    pub partitions: Vec<u16>,
 }
 
 fn options(config: &Config, args: &Args) -> Options {
@@ -51,26 +59,30 @@ pub async fn run(
             let _ = metrics_stopped.await;
         })
         .await?;
-    let options = Options {
-        telemetry: Some(telemetry),
-        ..options(&config, &args)
-    };
-    say(&format!(
-        "projecting ATL_LEDGER at {} into {}; metrics at http://{metrics_addr}/metrics",
-        super::init::redacted(&url),
-        toolledger_projector::Generations::new(&config.data_dir)
-            .root()
-            .display()
-    ));
-    let result = toolledger_projector::run(client, &options, shutdown).await;
+    let partitions = super::chosen_partitions(&config, &args.partitions)?;
+    let options = options(&config, &args).with_telemetry(telemetry);
+    for &partition in &partitions {
+        say(&format!(
+            "projecting {} at {} into {}",
+            partition.stream(),
+            super::init::redacted(&url),
+            toolledger_projector::Generations::of(&config.data_dir, partition)
+                .root()
+                .display()
+        ));
+    }
+    say(&format!("metrics at http://{metrics_addr}/metrics"));
+    let result = toolledger_projector::run_partitions(client, &options, &partitions, shutdown).await;
     let _ = stop_metrics.send(());
     let _ = metrics_task.await;
-    let summary = result?;
-    say(&format!(
-        "stopped at seq {} in {}",
-        summary.position,
-        summary.generation.name()
-    ));
+    for (partition, summary) in partitions.iter().zip(result?) {
+        say(&format!(
+            "{}: stopped at seq {} in {}",
+            partition.stream(),
+            summary.position,
+            summary.generation.name()
+        ));
+    }
     Ok(())
 }
 
@@ -82,19 +94,30 @@ pub async fn rebuild(
 ) -> anyhow::Result<()> {
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let client = connect(&url, "toolledger-rebuild").await?;
-    let started = std::time::Instant::now();
-    let summary = toolledger_projector::rebuild(client, &options(&config, &args), shutdown).await?;
-    if summary.switched {
+    let partitions = super::chosen_partitions(&config, &args.partitions)?;
+    let mut shutdown = std::pin::pin!(shutdown);
+    // One partition after another: each rebuild already keeps SQLite's one writer busy.
+    for partition in partitions {
+        let started = std::time::Instant::now();
+        let options = Options {
+            partition,
+            ..options(&config, &args)
+        };
+        let summary = toolledger_projector::rebuild(client.clone(), &options, shutdown.as_mut()).await?;
+        anyhow::ensure!(
+            summary.switched,
+            "rebuild of {} interrupted; its current left unchanged",
+            partition.stream()
+        );
         say(&format!(
-            "rebuilt {} up to seq {} in {:.1}s; current switched (readers switch when they reopen)",
+            "rebuilt {} of {} up to seq {} in {:.1}s; current switched (readers switch when they reopen)",
             summary.generation.name(),
+            partition.stream(),
             summary.position,
             started.elapsed().as_secs_f64()
         ));
-        Ok(())
-    } else {
-        anyhow::bail!("rebuild interrupted; current left unchanged")
     }
+    Ok(())
 }
 
 fn say(line: &str) {

@@ -148,10 +148,8 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     say("ingest running: ATL_INBOUND ─▶ ATL_LEDGER");
 
     let (projector_stop, projector_stopped) = tokio::sync::oneshot::channel::<()>();
-    let projector_options = toolledger_projector::Options {
-        telemetry: Some(telemetry.clone()),
-        ..toolledger_projector::Options::new(config.data_dir.clone())
-    };
+    let projector_options =
+        toolledger_projector::Options::new(config.data_dir.clone()).with_telemetry(telemetry.clone());
     let projector_client =
         toolledger_wire::connect::connect(&urls.projector, "toolledger-up-projector").await?;
     let projector = tokio::spawn({

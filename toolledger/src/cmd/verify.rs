@@ -304,17 +304,9 @@ struct Target {
 /// partition of the ledger.
 fn targets(config: &Config, args: &Args) -> anyhow::Result<Vec<Target>> {
     let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
-    let chosen: Vec<Partition> = match args.partition {
-        Some(index) => {
-            anyhow::ensure!(
-                index < partitions.count(),
-                "--partition {index}: the ledger has {} partition(s) (ledger.partitions)",
-                partitions.count()
-            );
-            vec![Partition::new(index)]
-        }
+    let chosen = match args.partition {
         None if args.stream.is_some() => vec![Partition::ZERO],
-        None => partitions.all().collect(),
+        named => super::chosen_partitions(config, named.as_slice())?,
     };
     let base_tiles = args.tiles.clone().unwrap_or_else(|| config.tiles_location());
     Ok(chosen
