@@ -19,7 +19,8 @@
 //!   surfaces, deferred refs, sessions and the ledger's own records. Partial snapshots are merged field by field.
 //! - [`generation`]: the generation directories and the atomically switched `current` pointer,
 //!   `<data_dir>/projections/gen-<n>/` (`projections-p<K>/` for partition K ≥ 1).
-//! - [`heartbeat`]: the running projector's state in `<data_dir>/projections/projector.heartbeat`,
+//! - [`heartbeat`]: the running projector's state in `<data_dir>/projections/projector.heartbeat`
+//!   (each partition's in its own projections directory),
 //!   rewritten every few seconds, so the query service and `doctor` can tell whether it projects.
 //! - [`sql`]: analysts' read-only SQL over one tenant's views of allow-listed tables, under an
 //!   authorizer, a check of the compiled program, and bounds on time, value and answer size and

@@ -30,6 +30,7 @@ use toolledger_core::telemetry::Telemetry;
 use toolledger_ledger::{OrderedReader, ReadSpec};
 use toolledger_schemas::state::Config as StateConfig;
 use toolledger_wire::partition::Partition;
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::generation::{Generation, Generations};
@@ -56,7 +57,8 @@ pub struct Options {
     pub state: StateConfig,
     /// How often a progress line is logged while entries are applied.
     pub progress_every: Duration,
-    /// The health board (and heartbeat) component's board, if any ([`Options::with_telemetry`]).
+    /// Where health goes, if anywhere. Set it with [`Options::with_telemetry`], which registers
+    /// [`Options::metrics`] in it too (setting this field alone leaves the gauges unexported).
     pub telemetry: Option<Telemetry>,
     /// The position and lag gauges, one series per partition ([`Options::with_telemetry`]
     /// registers them; by default they are kept but exported nowhere).
@@ -308,7 +310,10 @@ fn spawn_writer(
     meter: Meter,
     progress_every: Duration,
 ) -> std::thread::JoinHandle<Result<Store>> {
+    // The writer's lines carry the partition's span, as the reader's do.
+    let span = tracing::Span::current();
     std::thread::spawn(move || {
+        let _span = span.enter();
         let started = Instant::now();
         let mut last_log = started;
         let mut applied_since_log = 0u64;
@@ -354,8 +359,8 @@ const REPAIR_POLL: Duration = Duration::from_secs(2);
 const REPAIR_REMINDER: Duration = Duration::from_secs(60);
 
 /// Runs `project` for one partition (`options.partition`): follows its ledger stream into its
-/// current generation (creating `gen-1` on first use) until `shutdown` completes. When `rebuild` switches generations, it reopens the new one and
-/// continues from that one's position.
+/// current generation (creating `gen-1` on first use) until `shutdown` completes. When `rebuild`
+/// switches generations, it reopens the new one and continues from that one's position.
 ///
 /// A projection it cannot use — a damaged file, another schema, a `current` that names nothing
 /// usable — does not end the run (a service manager would only restart it into the same failure):
@@ -373,7 +378,9 @@ pub async fn run(
         options.telemetry.as_ref().map(|t| t.health().clone()),
         "starting",
     );
-    let result = follow(client, options, &generations, &pulse, shutdown).await;
+    let result = follow(client, options, &generations, &pulse, shutdown)
+        .instrument(tracing::info_span!("projector", partition = %options.partition))
+        .await;
     match &result {
         Ok(summary) => pulse.set(
             ProjectorState::Stopped,
@@ -401,7 +408,7 @@ async fn follow(
     let js = jetstream::new(client);
     let meter = Meter::new(options);
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut unusable = Unusable::default();
+    let mut unusable = Unusable::new(options.partition);
     loop {
         let generation = match generations.current_or_init() {
             Ok(generation) => generation,
@@ -437,13 +444,13 @@ async fn follow(
             }
             Err(error) => return Err(error),
         };
-        unusable = Unusable::default();
+        unusable.said = None;
         meter.position.set(i64::try_from(start).unwrap_or(i64::MAX));
         pulse.set(
             ProjectorState::Running,
             &format!("{} from seq {}", generation.name(), start + 1),
         );
-        tracing::info!(partition = %options.partition, generation = %generation.name(), position = start, "projecting the ledger");
+        tracing::info!(generation = %generation.name(), position = start, "projecting the ledger");
         let pumped = pump(
             &js,
             store,
@@ -515,12 +522,21 @@ pub async fn run_partitions(
 }
 
 /// The projector's wait while its projection cannot be used: what it said last and when.
-#[derive(Default)]
 struct Unusable {
     said: Option<(String, Instant)>,
+    /// The command that repairs it.
+    rebuild: String,
 }
 
 impl Unusable {
+    fn new(partition: Partition) -> Unusable {
+        let rebuild = match partition.index() {
+            0 => "toolledger rebuild".to_owned(),
+            k => format!("toolledger rebuild --partition {k}"),
+        };
+        Unusable { said: None, rebuild }
+    }
+
     /// Reports `error` (on the board and in the heartbeat each time; in the log the first time, when
     /// it changes, and every [`REPAIR_REMINDER`]) and waits [`REPAIR_POLL`]. True when shutdown came.
     async fn wait<S: Future<Output = ()>>(
@@ -535,9 +551,10 @@ impl Unusable {
             |g| format!("projection {} ({})", g.name(), g.database().display()),
         );
         let detail = format!(
-            "{which} cannot be used: {}; run `toolledger rebuild` to build a new generation from the \
+            "{which} cannot be used: {}; run `{}` to build a new generation from the \
              ledger (this projector switches to it by itself)",
-            ErrorChain(error)
+            ErrorChain(error),
+            self.rebuild
         );
         pulse.set(ProjectorState::Failing, &detail);
         let repeat = self
@@ -558,6 +575,16 @@ impl Unusable {
 /// Runs `rebuild`: a new generation from seq 1 up to the ledger's last sequence at the start, then
 /// `current` switches to it, and the generations before the one it replaced are removed. A shutdown first leaves `current` alone and removes the new directory.
 pub async fn rebuild(
+    client: async_nats::Client,
+    options: &Options,
+    shutdown: impl Future<Output = ()>,
+) -> Result<RebuildSummary> {
+    rebuild_partition(client, options, shutdown)
+        .instrument(tracing::info_span!("rebuild", partition = %options.partition))
+        .await
+}
+
+async fn rebuild_partition(
     client: async_nats::Client,
     options: &Options,
     shutdown: impl Future<Output = ()>,
