@@ -17,6 +17,7 @@
 //!   ATL_COSIGNATURES.
 //! - [`dedupe`]: the identity index, duplicate detection for all time, rebuildable from the ledger.
 //! - [`quarantine`]: rejected originals to ATL_QUARANTINE and their receipts.
+//! - [`partition_rule`]: the partition rule's record, appended to p0 of a partitioned ledger.
 //! - [`poison`]: messages the client cannot read, caught after `max_deliver` and fetched raw.
 //! - [`metrics`]: what `/metrics` shows of ingest.
 //! - [`scrub`]: secrets replaced by HMAC markers; declared sensitive fields per tool.
@@ -35,6 +36,7 @@ pub mod checkpoint;
 pub mod dedupe;
 pub mod lease;
 pub mod metrics;
+pub mod partition_rule;
 pub mod payload;
 pub mod pipeline;
 pub mod poison;

@@ -29,8 +29,7 @@ use toolledger_wire::{QuarantineReason, Tenant, subject::quarantine_subject};
 
 use crate::{Error, Result};
 
-/// The source of every event the ledger writes itself.
-pub const LEDGER_SOURCE: &str = "toolledger://ingest";
+pub use toolledger_wire::entry::LEDGER_SOURCE;
 
 /// Why and whose: what a rejection needs besides the message itself.
 #[derive(Debug, Clone)]

@@ -67,6 +67,7 @@ event_classes! {
     AccessRead => "toolledger.access.read", "The ledger's own: someone read invocation or session data.";
     QuarantineRecorded => "toolledger.quarantine.recorded", "The ledger's own: a message was quarantined.";
     ErasureCompleted => "toolledger.erasure.completed", "The ledger's own: content was erased.";
+    PartitionsRecorded => "toolledger.partitions.recorded", "The ledger's own: how tenants map to the ledger's partitions.";
 }
 
 impl EventClass {
@@ -114,7 +115,7 @@ mod tests {
     #[test]
     fn twenty_seven_spec_classes_and_three_of_our_own() {
         assert_eq!(EventClass::agent_tool().count(), 27);
-        assert_eq!(EventClass::ALL.iter().filter(|c| c.is_ledger_own()).count(), 3);
+        assert_eq!(EventClass::ALL.iter().filter(|c| c.is_ledger_own()).count(), 4);
         for class in EventClass::ALL {
             assert_eq!(class.as_str().parse::<EventClass>(), Ok(*class));
         }

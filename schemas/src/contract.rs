@@ -6,9 +6,9 @@
 
 use crate::class::EventClass;
 use crate::model::{
-    AccessRead, DeferredToolRef, ErasureCompleted, PermissionRequest, QuarantineRecorded, ToolDeclaration,
-    ToolHook, ToolInvocation, ToolPermissionDecision, ToolProgress, ToolResult, ToolResultPersistence,
-    ToolSurface, UnknownValue, UnknownValues,
+    AccessRead, DeferredToolRef, ErasureCompleted, PartitionsRecorded, PermissionRequest, QuarantineRecorded,
+    ToolDeclaration, ToolHook, ToolInvocation, ToolPermissionDecision, ToolProgress, ToolResult,
+    ToolResultPersistence, ToolSurface, UnknownValue, UnknownValues,
 };
 use crate::state::InvocationState;
 use serde::Deserialize;
@@ -45,6 +45,8 @@ pub enum DataObject {
     QuarantineRecorded,
     /// The ledger's own [`ErasureCompleted`].
     ErasureCompleted,
+    /// The ledger's own [`PartitionsRecorded`].
+    PartitionsRecorded,
 }
 
 impl DataObject {
@@ -63,6 +65,7 @@ impl DataObject {
         DataObject::AccessRead,
         DataObject::QuarantineRecorded,
         DataObject::ErasureCompleted,
+        DataObject::PartitionsRecorded,
     ];
 
     /// A short stable name, e.g. `invocation`, `permission-request`: the official schema's file stem
@@ -82,6 +85,7 @@ impl DataObject {
             DataObject::AccessRead => "access-read",
             DataObject::QuarantineRecorded => "quarantine-recorded",
             DataObject::ErasureCompleted => "erasure-completed",
+            DataObject::PartitionsRecorded => "partitions-recorded",
         }
     }
 
@@ -101,7 +105,8 @@ impl DataObject {
             DataObject::PermissionRequest
             | DataObject::AccessRead
             | DataObject::QuarantineRecorded
-            | DataObject::ErasureCompleted => None,
+            | DataObject::ErasureCompleted
+            | DataObject::PartitionsRecorded => None,
         }
     }
 
@@ -133,6 +138,8 @@ pub enum SubjectField {
     ReceiptId,
     /// `data.erasure_id` (the ledger's erasure records).
     ErasureId,
+    /// `data.record_id` (the ledger's partition records).
+    RecordId,
 }
 
 impl SubjectField {
@@ -145,6 +152,7 @@ impl SubjectField {
             SubjectField::AccessId => "access_id",
             SubjectField::ReceiptId => "receipt_id",
             SubjectField::ErasureId => "erasure_id",
+            SubjectField::RecordId => "record_id",
         }
     }
 
@@ -164,6 +172,8 @@ pub enum LedgerRecord {
     Quarantine,
     /// An erasure.
     Erasure,
+    /// The partition rule.
+    Partitions,
 }
 
 /// What an event does to the projections (the table's "effect" column).
@@ -265,6 +275,11 @@ pub const fn contract(class: EventClass) -> Contract {
             F::ErasureId,
             E::LedgerOwn(LedgerRecord::Erasure),
         ),
+        C::PartitionsRecorded => (
+            D::PartitionsRecorded,
+            F::RecordId,
+            E::LedgerOwn(LedgerRecord::Partitions),
+        ),
     };
     Contract {
         class,
@@ -309,6 +324,8 @@ pub enum Data {
     QuarantineRecorded(Box<QuarantineRecorded>),
     /// An erasure.
     ErasureCompleted(Box<ErasureCompleted>),
+    /// The partition rule.
+    PartitionsRecorded(Box<PartitionsRecorded>),
 }
 
 impl Data {
@@ -333,6 +350,7 @@ impl Data {
             DataObject::AccessRead => Data::AccessRead(boxed(data)?),
             DataObject::QuarantineRecorded => Data::QuarantineRecorded(boxed(data)?),
             DataObject::ErasureCompleted => Data::ErasureCompleted(boxed(data)?),
+            DataObject::PartitionsRecorded => Data::PartitionsRecorded(boxed(data)?),
         })
     }
 
@@ -357,6 +375,7 @@ impl Data {
             Data::AccessRead(_) => DataObject::AccessRead,
             Data::QuarantineRecorded(_) => DataObject::QuarantineRecorded,
             Data::ErasureCompleted(_) => DataObject::ErasureCompleted,
+            Data::PartitionsRecorded(_) => DataObject::PartitionsRecorded,
         }
     }
 
@@ -376,6 +395,7 @@ impl Data {
             Data::AccessRead(d) => &d.extra,
             Data::QuarantineRecorded(d) => &d.extra,
             Data::ErasureCompleted(d) => &d.extra,
+            Data::PartitionsRecorded(d) => &d.extra,
         }
     }
 
@@ -414,6 +434,7 @@ impl Data {
             Data::AccessRead(d) => Some(&d.access_id),
             Data::QuarantineRecorded(d) => Some(&d.receipt_id),
             Data::ErasureCompleted(d) => Some(&d.erasure_id),
+            Data::PartitionsRecorded(d) => Some(&d.record_id),
         }
     }
 }
@@ -515,6 +536,7 @@ impl UnknownValues for Data {
             Data::AccessRead(d) => d.collect_unknown(at, out),
             Data::QuarantineRecorded(d) => d.collect_unknown(at, out),
             Data::ErasureCompleted(d) => d.collect_unknown(at, out),
+            Data::PartitionsRecorded(d) => d.collect_unknown(at, out),
         }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! One type per core object of the spec, shaped after its official JSON Schema
 //! (`agenttool-schemas/`), plus the data of the ledger's own classes ([`PermissionRequest`],
-//! [`AccessRead`], [`QuarantineRecorded`], [`ErasureCompleted`]).
+//! [`AccessRead`], [`QuarantineRecorded`], [`ErasureCompleted`], [`PartitionsRecorded`]).
 //!
 //! The rule every type here keeps: **JSON → type → JSON is the identity** for any document valid under
 //! the official schema. That is why
@@ -32,7 +32,9 @@ mod objects;
 mod tests;
 pub mod vocab;
 
-pub use ledger::{AccessRead, ErasureCompleted, PermissionRequest, QuarantineRecorded};
+pub use ledger::{
+    AccessRead, ErasureCompleted, PartitionLayout, PartitionsRecorded, PermissionRequest, QuarantineRecorded,
+};
 pub use objects::{
     DecisionReason, DeferredToolRef, ExternalMapping, InputContract, InputMutation, OutputContract,
     ToolDeclaration, ToolError, ToolEvent, ToolExecutionProfile, ToolFilter, ToolHook, ToolInterface,

@@ -59,6 +59,7 @@ embedded! {
     "ledger/access-read.schema.json",
     "ledger/quarantine-recorded.schema.json",
     "ledger/erasure-completed.schema.json",
+    "ledger/partitions-recorded.schema.json",
     "ledger/payload-ref.schema.json",
     "ledger/upload-ref.schema.json",
     "ledger/scrubbed.schema.json",
@@ -92,6 +93,7 @@ embedded! {
     "events/toolledger.access.read.schema.json",
     "events/toolledger.quarantine.recorded.schema.json",
     "events/toolledger.erasure.completed.schema.json",
+    "events/toolledger.partitions.recorded.schema.json",
 }
 
 /// The ledger's in-event reference shapes: not event data, but values ingest writes (`$payload`,
@@ -112,7 +114,7 @@ macro_rules! object_kinds {
         }
 
         impl ObjectKind {
-            /// Every kind: the spec's fifteen, then the ledger's own four.
+            /// Every kind: the spec's fifteen, then the ledger's own five.
             pub const ALL: &'static [ObjectKind] = &[$(ObjectKind::$variant,)*];
 
             /// The project's schema file, relative to [`SCHEMA_BASE`].
@@ -148,6 +150,7 @@ object_kinds! {
     AccessRead => "ledger/access-read.schema.json", None, "The ledger's access record (`toolledger.access.read`).";
     QuarantineRecorded => "ledger/quarantine-recorded.schema.json", None, "The ledger's quarantine receipt (`toolledger.quarantine.recorded`).";
     ErasureCompleted => "ledger/erasure-completed.schema.json", None, "The ledger's erasure record (`toolledger.erasure.completed`).";
+    PartitionsRecorded => "ledger/partitions-recorded.schema.json", None, "The ledger's partition rule (`toolledger.partitions.recorded`).";
 }
 
 impl ObjectKind {
@@ -178,6 +181,7 @@ impl From<DataObject> for ObjectKind {
             DataObject::AccessRead => ObjectKind::AccessRead,
             DataObject::QuarantineRecorded => ObjectKind::QuarantineRecorded,
             DataObject::ErasureCompleted => ObjectKind::ErasureCompleted,
+            DataObject::PartitionsRecorded => ObjectKind::PartitionsRecorded,
         }
     }
 }

@@ -106,8 +106,9 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     assert!(ok, "emit failed\n{out}\n{err}");
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
+        // Every event, and p0's record of the partition rule.
         let (entries, _) = counts(&nats, partitions);
-        if entries.iter().sum::<u64>() == count {
+        if entries.iter().sum::<u64>() == count + 1 {
             break;
         }
         assert!(
@@ -167,6 +168,32 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
         |args| env.run(args),
         &url,
     );
+
+    // An entry of another partition's tenant appended to p2 (copied from the first partition after
+    // p0 that has entries) is a finding: the partition rule says where every tenant's events are.
+    let (from, _) = partitions
+        .all()
+        .zip(&entries)
+        .find(|(partition, entries)| partition.index() != 2 && partition.index() > 0 && **entries > 0)
+        .or_else(|| partitions.all().zip(&entries).find(|(p, _)| p.index() == 0))
+        .unwrap();
+    crate::init::runtime().block_on(async {
+        let js = jetstream::new(nats.client().await);
+        let (_, bytes) = toolledger_ledger::read_range(&js, &from.stream(), 1, 1)
+            .await
+            .unwrap()
+            .remove(0);
+        let entry = toolledger_wire::LedgerEntry::parse(&bytes).unwrap();
+        let tenant = entry.event.extension_str("tenant").unwrap().to_owned();
+        js.publish(format!("atl.p2.ledger.{tenant}.{}", entry.event.ty()), bytes)
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    });
+    let (ok, out, err) = env.run(&["verify", "--nats-url", &url, "--partition", "2"]);
+    assert!(!ok, "verify passed a misplaced entry\n{out}");
+    assert!(out.contains("misplaced: an entry of tenant"), "{out}\n{err}");
 
     // A configuration with another count is refused before anything is written.
     let one = Env::new(1);
@@ -286,7 +313,8 @@ pub(crate) fn project_and_rebuild_every_partition(
 }
 
 /// Every partition's entries as each tenant's event ids in ledger order, every entry checked to be
-/// in its tenant's partition.
+/// in its tenant's partition, and the partition rule's record (tenant `_system`, in p0) checked to
+/// be there once and left out.
 pub(crate) async fn ids_by_tenant_in_their_partitions(
     js: &jetstream::Context,
     partitions: Partitions,
@@ -313,6 +341,14 @@ pub(crate) async fn ids_by_tenant_in_their_partitions(
                 .or_default()
                 .push(entry.event.id().to_owned());
         }
+    }
+    // p0's writer recorded the partition rule, once however often p0 changed hands.
+    if partitions.count() > 1 {
+        assert_eq!(
+            landed.remove("_system"),
+            Some(vec![format!("partitions-{}", partitions.count())]),
+            "seed {seed}: the partition rule's record, once"
+        );
     }
     landed
 }

@@ -35,7 +35,7 @@ pub use prove::{
     ConsistencyOutput, InclusionOutput, ProveSource, SignedCheckpoint, TrustedCache, WitnessedCheckpoint,
     prove_consistency, prove_inclusion, signed_checkpoint, witnessed_checkpoint,
 };
-pub use verify::{Finding, MonitorEvent, Progress, Report, VerifyOptions, monitor, verify_ledger};
+pub use verify::{Finding, MonitorEvent, Placement, Progress, Report, VerifyOptions, monitor, verify_ledger};
 
 /// Lowercase hex of a byte string.
 pub fn hex(bytes: &[u8]) -> String {

@@ -31,10 +31,14 @@ use toolledger_ledger::erasure::ERASURE_CLASS;
 use toolledger_ledger::{BlobStore, Error as LedgerError, OrderedReader, ReadSpec};
 use toolledger_merkle::tile::{TILE_WIDTH, TileId, tile_for};
 use toolledger_merkle::{Checkpoint, CompactRange, Hash, TileReader, TileStore, Verifiers, WitnessPolicy};
+use toolledger_schemas::EventClass;
+use toolledger_schemas::model::PartitionsRecorded;
+use toolledger_wire::entry::LEDGER_SOURCE;
 use toolledger_wire::entry::ScannedEntry;
 use toolledger_wire::ijson::JsonProblem;
+use toolledger_wire::partition::{Partition, Partitions};
 use toolledger_wire::streams::{self, CHECKPOINTS, LEDGER};
-use toolledger_wire::{Error as WireError, LedgerEntry, PayloadRef, Tenant};
+use toolledger_wire::{Error as WireError, LedgerEntry, Origin, PayloadRef, Tenant};
 
 use crate::{Result, hex};
 
@@ -65,6 +69,70 @@ pub struct VerifyOptions {
     /// Only the checkpoints on this subject of the checkpoint stream are the ledger's (a partition's,
     /// `docs/scaling.md`); `None` takes every message of the stream.
     pub checkpoint_subject: Option<String>,
+    /// The partition the stream is, of how many (needs `check_entries`): every entry's tenant must
+    /// live in it by the partition rule, and p0 of several must hold the rule's record.
+    pub placement: Option<Placement>,
+}
+
+/// Which partition of a partitioned ledger a verified stream is (`docs/scaling.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// How many partitions the ledger has.
+    pub partitions: Partitions,
+    /// This stream's.
+    pub partition: Partition,
+    /// The ledger's own origin (p0's), which the rule's record names every partition's under.
+    pub origin: String,
+}
+
+impl Placement {
+    /// A finding when `tenant`'s entry at `seq` is not in this partition.
+    fn misplaced(&self, seq: u64, tenant: Option<&str>) -> Option<Finding> {
+        let tenant = tenant.unwrap_or_default();
+        let home = self.partitions.of(tenant);
+        (home != self.partition).then(|| Finding::EntryMisplaced {
+            seq,
+            tenant: tenant.to_owned(),
+            partition: self.partition.to_string(),
+            home: home.to_string(),
+        })
+    }
+
+    /// Whether this stream must hold the partition rule's record: p0 of several.
+    fn holds_rule(&self) -> bool {
+        self.partition == Partition::ZERO && self.partitions.count() > 1
+    }
+
+    /// What is wrong with a recorded rule (a `toolledger.partitions.recorded` entry), if anything.
+    fn rule_problem(&self, entry: Option<&LedgerEntry>) -> Option<String> {
+        let Some(entry) = entry else {
+            return Some("it does not read as a ledger entry".to_owned());
+        };
+        if entry.ledger.origin != Origin::Ledger || entry.event.source() != LEDGER_SOURCE {
+            return Some(format!(
+                "it was not appended by the ledger itself (origin {:?}, source {:?})",
+                entry.ledger.origin.as_str(),
+                entry.event.source()
+            ));
+        }
+        let data = entry.event.data.as_ref();
+        let recorded: PartitionsRecorded = match data.map(|d| serde_json::from_value(d.clone())) {
+            Some(Ok(recorded)) => recorded,
+            Some(Err(error)) => return Some(format!("its data does not read as the rule: {error}")),
+            None => return Some("it carries no data".to_owned()),
+        };
+        if recorded.partitions != self.partitions.count() || recorded.rule != Partitions::RULE {
+            return Some(format!(
+                "it records {} partition(s) by rule {:?}; the ledger is verified as {} by {:?}",
+                recorded.partitions,
+                recorded.rule,
+                self.partitions.count(),
+                Partitions::RULE
+            ));
+        }
+        (recorded.layout != self.partitions.layout(&self.origin))
+            .then(|| "its layout (streams, checkpoint subjects, origins) is not the ledger's".to_owned())
+    }
 }
 
 impl Default for VerifyOptions {
@@ -78,6 +146,7 @@ impl Default for VerifyOptions {
             from_checkpoint: None,
             witness_policy: None,
             checkpoint_subject: None,
+            placement: None,
         }
     }
 }
@@ -258,6 +327,26 @@ pub enum Finding {
         /// Why.
         reason: String,
     },
+    /// An entry of a partitioned ledger is in another partition than its tenant's by the partition
+    /// rule: appended to the wrong stream, or moved there.
+    EntryMisplaced {
+        /// Its ledger sequence.
+        seq: u64,
+        /// Its tenant.
+        tenant: String,
+        /// The partition it is in.
+        partition: String,
+        /// The partition its tenant lives in.
+        home: String,
+    },
+    /// Partition p0 of a partitioned ledger holds no record of the partition rule
+    /// (`toolledger.partitions.recorded`), or one that is not the ledger's.
+    PartitionRule {
+        /// The record's ledger sequence; `None` when there is none.
+        seq: Option<u64>,
+        /// What is wrong.
+        reason: String,
+    },
     /// A tile disagrees with the signed tree (replaced, damaged or missing). Tiles are a cache: the
     /// ledger is unaffected and `toolledger` rebuilds them.
     TileCorrupt {
@@ -277,7 +366,9 @@ impl Finding {
             Self::SequenceGap { expected_seq, .. } => Some(*expected_seq),
             Self::EntryUnreadable { seq, .. }
             | Self::EntryNotCanonical { seq }
-            | Self::EntryAltered { seq, .. } => Some(*seq),
+            | Self::EntryAltered { seq, .. }
+            | Self::EntryMisplaced { seq, .. } => Some(*seq),
+            Self::PartitionRule { seq, .. } => *seq,
             Self::RootMismatch { good_through, .. } => Some(good_through + 1),
             Self::StartMismatch { .. } => Some(1),
             Self::CheckpointBeyondLedger { ledger_size, .. } => Some(ledger_size + 1),
@@ -301,6 +392,7 @@ impl Finding {
             } => format!("ledger seq {}..={size}", good_through + 1),
             Self::StartMismatch { size, .. } => format!("ledger seq 1..={size}"),
             Self::TileCorrupt { path, .. } => format!("tile {path}"),
+            Self::PartitionRule { seq: None, .. } => "partition p0".to_owned(),
             Self::PayloadMissing { seq, blob_id, .. }
             | Self::PayloadAltered { seq, blob_id, .. }
             | Self::PayloadUnchecked { seq, blob_id, .. } => format!("payload {blob_id} of ledger seq {seq}"),
@@ -359,6 +451,19 @@ impl fmt::Display for Finding {
                 expected_seq - 1
             ),
             Self::EntryUnreadable { reason, .. } => write!(f, "not a ledger entry: {reason}"),
+            Self::EntryMisplaced {
+                tenant,
+                partition,
+                home,
+                ..
+            } => write!(
+                f,
+                "misplaced: an entry of tenant {tenant:?} in partition {partition}; the partition rule puts it in {home}"
+            ),
+            Self::PartitionRule { seq: None, reason } => write!(f, "no partition rule recorded: {reason}"),
+            Self::PartitionRule { reason, .. } => {
+                write!(f, "the recorded partition rule is not the ledger's: {reason}")
+            }
             Self::EntryNotCanonical { .. } => write!(
                 f,
                 "not canonical: its bytes are not the RFC 8785 form of the entry they hold"
@@ -851,6 +956,7 @@ impl Run {
         pass.entry_findings.extend(pass_findings);
         pass.check_entries = options.check_entries;
         pass.want_payloads = options.blobs.is_some();
+        pass.placement = options.placement.clone().map(Arc::new);
         pass.payloads = PayloadLedger::new(options.blobs.clone());
         Ok(Run {
             stream: stream.to_owned(),
@@ -899,6 +1005,7 @@ impl Run {
         };
         let total = reader.last().unwrap_or(0);
         let (check_entries, want_payloads) = (self.pass.check_entries, self.pass.want_payloads);
+        let placement = self.pass.placement.clone();
         let mut checking: Option<tokio::task::JoinHandle<Vec<CheckedEntry>>> = None;
         loop {
             let batch = reader.next_batch(CHECK_BATCH).await?;
@@ -912,12 +1019,19 @@ impl Run {
                 break;
             }
             if !batch.is_empty() {
+                let placement = placement.clone();
                 checking = Some(tokio::task::spawn_blocking(move || {
                     use rayon::prelude::*;
                     batch
                         .into_par_iter()
                         .map(|message| {
-                            check_entry(message.seq, &message.payload, check_entries, want_payloads)
+                            check_entry(
+                                message.seq,
+                                &message.payload,
+                                check_entries,
+                                want_payloads,
+                                placement.as_deref(),
+                            )
                         })
                         .collect()
                 }));
@@ -960,12 +1074,32 @@ impl Run {
             matched,
             entry_findings,
             payloads,
+            placement,
+            rule_recorded,
+            check_entries,
             ..
         } = pass;
         let size = range.size();
         // In the order found: the checkpoint stream's, the streams' and tiles', the entries'.
         let mut findings: Vec<Finding> = trust.findings.iter().cloned().chain(findings).collect();
         findings.extend(entry_findings);
+        // p0's writer records the rule before anything else it appends; a pass that read p0 from
+        // its start and found entries but no record was given a ledger without it.
+        if placement.is_some_and(|p| p.holds_rule())
+            && check_entries
+            && from_size == 0
+            && size > 0
+            && rule_recorded == 0
+        {
+            findings.push(Finding::PartitionRule {
+                seq: None,
+                reason: format!(
+                    "{stream} holds {size} entries and no {} entry of tenant {}",
+                    EventClass::PartitionsRecorded,
+                    Tenant::SYSTEM
+                ),
+            });
+        }
         if let Some(signed) = pending.pop_front() {
             findings.push(Finding::CheckpointBeyondLedger {
                 checkpoint_seq: signed.seq,
@@ -1117,6 +1251,8 @@ struct CheckedEntry {
     seq: u64,
     leaf: Hash,
     findings: Vec<Finding>,
+    /// Whether it is a record of the partition rule (checked against the placement).
+    rule: bool,
     /// What the payload check needs of it, when payloads are checked and it parsed.
     payloads: Option<EntryPayloads>,
 }
@@ -1173,22 +1309,44 @@ impl EntryPayloads {
 /// still checked. The scan reads the entry's outline only: an entry it accepts may still hold an
 /// attribute the typed event refuses (a bad `time`, an unknown attribute form), which ingest never
 /// writes and the leaf hash would expose if anyone else did.
-fn check_entry(seq: u64, bytes: &[u8], check_entries: bool, want_payloads: bool) -> CheckedEntry {
+fn check_entry(
+    seq: u64,
+    bytes: &[u8],
+    check_entries: bool,
+    want_payloads: bool,
+    placement: Option<&Placement>,
+) -> CheckedEntry {
     let mut findings = Vec::new();
     let mut payloads = None;
+    let mut rule = false;
     if check_entries {
-        let parsed =
-            || LedgerEntry::parse(bytes).map(|entry| want_payloads.then(|| EntryPayloads::of(&entry)));
         let read = match LedgerEntry::scan_canonical(bytes) {
-            Ok(scanned) if want_payloads => EntryPayloads::of_scanned(scanned, bytes).map(Some),
-            Ok(_) => Ok(None),
-            Err(error) if is_not_canonical(&error) => {
-                findings.push(Finding::EntryNotCanonical { seq });
-                parsed()
+            Ok(scanned) => {
+                if let Some(placement) = placement {
+                    let tenant = scanned.tenant.as_deref();
+                    rule = check_placement(placement, seq, tenant, &scanned.ty, bytes, &mut findings);
+                }
+                if want_payloads {
+                    EntryPayloads::of_scanned(scanned, bytes).map(Some)
+                } else {
+                    Ok(None)
+                }
             }
-            // The outline refused (it reads less than the parse, but serde has limits of its own,
-            // such as nesting): the entry is unreadable only if the parse says so too.
-            Err(_) => parsed(),
+            // Not canonical, or the outline refused (it reads less than the parse, but serde has
+            // limits of its own, such as nesting): the entry is unreadable only if the parse says
+            // so too.
+            Err(error) => {
+                if is_not_canonical(&error) {
+                    findings.push(Finding::EntryNotCanonical { seq });
+                }
+                LedgerEntry::parse(bytes).map(|entry| {
+                    if let Some(placement) = placement {
+                        let (tenant, ty) = (entry.event.extension_str("tenant"), entry.event.ty());
+                        rule = check_placement(placement, seq, tenant, ty, bytes, &mut findings);
+                    }
+                    want_payloads.then(|| EntryPayloads::of(&entry))
+                })
+            }
         };
         match read {
             Ok(read) => payloads = read,
@@ -1202,8 +1360,33 @@ fn check_entry(seq: u64, bytes: &[u8], check_entries: bool, want_payloads: bool)
         seq,
         leaf: toolledger_merkle::leaf_hash(bytes),
         findings,
+        rule,
         payloads,
     }
+}
+
+/// The placement's checks of the entry at `seq`: its tenant lives in this partition, and a record of
+/// the partition rule is the ledger's. True when it is such a record.
+fn check_placement(
+    placement: &Placement,
+    seq: u64,
+    tenant: Option<&str>,
+    ty: &str,
+    bytes: &[u8],
+    findings: &mut Vec<Finding>,
+) -> bool {
+    findings.extend(placement.misplaced(seq, tenant));
+    if ty != EventClass::PartitionsRecorded.as_str() || tenant != Some(Tenant::SYSTEM) {
+        return false;
+    }
+    let entry = LedgerEntry::parse(bytes).ok();
+    if let Some(reason) = placement.rule_problem(entry.as_ref()) {
+        findings.push(Finding::PartitionRule {
+            seq: Some(seq),
+            reason,
+        });
+    }
+    true
 }
 
 /// The ordered part of a verify pass: the tree the entries so far make, and what it matched.
@@ -1222,6 +1405,10 @@ struct Pass {
     payloads: PayloadLedger,
     check_entries: bool,
     want_payloads: bool,
+    /// The partition checks, when the stream is a partition ([`VerifyOptions::placement`]).
+    placement: Option<Arc<Placement>>,
+    /// Whether a record of the partition rule was read.
+    rule_recorded: u64,
 }
 
 impl Pass {
@@ -1241,6 +1428,8 @@ impl Pass {
             payloads: PayloadLedger::default(),
             check_entries: true,
             want_payloads: false,
+            placement: None,
+            rule_recorded: 0,
         };
         // A checkpoint of the empty tree has nothing to match but the empty root.
         while let Some(signed) = pass.pending.front().filter(|s| s.checkpoint.size == 0) {
@@ -1270,8 +1459,19 @@ impl Pass {
             seq,
             leaf,
             findings: found,
+            rule,
             payloads,
         } = checked;
+        if rule {
+            self.rule_recorded += 1;
+            // One record stands for the ledger's life: a second is not the ledger's writing.
+            if self.rule_recorded > 1 {
+                self.entry_findings.push(Finding::PartitionRule {
+                    seq: Some(seq),
+                    reason: "a second record of the partition rule".to_owned(),
+                });
+            }
+        }
         if seq != self.expected_seq {
             self.entry_findings.push(Finding::SequenceGap {
                 expected_seq: self.expected_seq,
@@ -1503,4 +1703,50 @@ async fn check_payload(
         },
     };
     Some(((tenant, payload.blob_id), (seq, met), finding))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placement(count: u16, partition: u16) -> Placement {
+        Placement {
+            partitions: Partitions::new(count).unwrap(),
+            partition: Partition::new(partition),
+            origin: "ledger.example".to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_recorded_rule_must_be_the_ledgers_and_every_tenant_in_its_partition() {
+        let three = Partitions::new(3).unwrap();
+        let at = "2026-11-27T09:00:00Z".parse().unwrap();
+        let entry = |event: serde_json::Value| {
+            LedgerEntry::own(toolledger_wire::Event::from_json(event).unwrap(), at)
+        };
+        let record = toolledger_ingest::partition_rule::record_event(three, "ledger.example", at);
+        assert_eq!(placement(3, 0).rule_problem(Some(&entry(record.clone()))), None);
+        assert!(
+            placement(4, 0)
+                .rule_problem(Some(&entry(record.clone())))
+                .is_some()
+        );
+        let elsewhere = toolledger_ingest::partition_rule::record_event(three, "other.example", at);
+        assert!(placement(3, 0).rule_problem(Some(&entry(elsewhere))).is_some());
+        let mut forged = record;
+        forged["source"] = serde_json::json!("urn:someone-else");
+        let forged = placement(3, 0).rule_problem(Some(&entry(forged)));
+        assert!(forged.is_some_and(|reason| reason.contains("not appended by the ledger")));
+        assert!(placement(3, 0).rule_problem(None).is_some());
+        assert!(placement(3, 0).holds_rule() && !placement(3, 1).holds_rule());
+
+        let acme = three.of("acme");
+        assert_eq!(placement(3, acme.index()).misplaced(7, Some("acme")), None);
+        let other = Partition::new((acme.index() + 1) % 3);
+        assert!(matches!(
+            placement(3, other.index()).misplaced(7, Some("acme")),
+            Some(Finding::EntryMisplaced { seq: 7, .. })
+        ));
+        assert!(placement(3, 1).misplaced(9, Some(Tenant::SYSTEM)).is_some());
+    }
 }

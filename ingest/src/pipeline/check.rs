@@ -103,6 +103,16 @@ pub(crate) fn check(original: &Original, received: DateTime<Utc>) -> Result<Chec
             event_id: Some(event_id),
         });
     }
+    // The partition rule's record is appended by p0's writer itself, never taken from the inbox: a
+    // record published there (even as `_system`) would take its identity and stand in for it.
+    if class == EventClass::PartitionsRecorded {
+        return Err(Rejection {
+            reason: QuarantineReason::ReservedClass,
+            detail: format!("`{class}` is written by ingest itself, not published"),
+            tenant,
+            event_id: Some(event_id),
+        });
+    }
     let ledger = LedgerMetadata::received(
         received,
         decoded.origin,

@@ -110,7 +110,8 @@ pub(crate) fn own_entry(
     let key = IdentityKey::new(&tenant_name, quarantine::LEDGER_SOURCE, event.id());
     let mut entry = LedgerEntry::own(event, ingested_at);
     let (digest, bytes) = entry.seal().map_err(own)?;
-    let tenant = Tenant::parse(&tenant_name).unwrap_or_else(|_| Tenant::unroutable());
+    // The ledger's reserved tenants keep their names (`_system` records, `_unroutable` receipts).
+    let tenant = Tenant::try_from(tenant_name).unwrap_or_else(|_| Tenant::unroutable());
     let subject = toolledger_wire::subject::ledger_subject(&tenant, class);
     Ok((PendingEntry::new(subject, bytes.into()), key, digest))
 }

@@ -1258,6 +1258,7 @@ impl Back {
         mut from_front: tokio::sync::mpsc::Receiver<Classified>,
         shared: Shared<'_>,
     ) -> Result<()> {
+        self.record_partition_rule(shared).await?;
         let mut renewed = Instant::now();
         loop {
             shared.beats.busy(&shared.beats.back);
@@ -1355,22 +1356,7 @@ impl Back {
         let (pending, identities) = drop_known_receipts(pending, identities, receipts, index).await?;
 
         if !pending.is_empty() {
-            let started = Instant::now();
-            let seqs = self.appender.append(&pending).await?;
-            self.checkpointer.appended(&seqs, &pending).await?;
-            metrics.append_latency.observe(started.elapsed().as_secs_f64());
-            metrics.appended.inc_by(pending.len() as u64);
-            let last = self.appender.last_seq();
-            metrics.last_seq.set(i64::try_from(last).unwrap_or(i64::MAX));
-            let rows: Vec<_> = identities
-                .into_iter()
-                .zip(seqs)
-                .map(|((key, digest), seq)| (key, digest, seq))
-                .collect();
-            let index = Arc::clone(index);
-            tokio::task::spawn_blocking(move || lock(&index).record(&rows, last))
-                .await
-                .map_err(Error::task("identity index record"))??;
+            self.append_indexed(&pending, identities, shared).await?;
         }
         // Recorded (or never appended): the batches behind this one find them in the index now.
         shared.in_flight.forget(classified);
@@ -1379,6 +1365,58 @@ impl Back {
         // leaves them for the next delivery, which copies them again idempotently.
         UploadCollector::delete_uploads(&self.js, &uploads).await?;
         self.finish(items.into_iter().chain(late)).await
+    }
+
+    /// Appends `pending`, adds them to the tree and records their identities in the index.
+    async fn append_indexed(
+        &mut self,
+        pending: &[PendingEntry],
+        identities: Vec<(IdentityKey, [u8; 32])>,
+        shared: Shared<'_>,
+    ) -> Result<()> {
+        let metrics = shared.metrics;
+        let started = Instant::now();
+        let seqs = self.appender.append(pending).await?;
+        self.checkpointer.appended(&seqs, pending).await?;
+        metrics.append_latency.observe(started.elapsed().as_secs_f64());
+        metrics.appended.inc_by(pending.len() as u64);
+        let last = self.appender.last_seq();
+        metrics.last_seq.set(i64::try_from(last).unwrap_or(i64::MAX));
+        let rows: Vec<_> = identities
+            .into_iter()
+            .zip(seqs)
+            .map(|((key, digest), seq)| (key, digest, seq))
+            .collect();
+        let index = Arc::clone(shared.index);
+        tokio::task::spawn_blocking(move || lock(&index).record(&rows, last))
+            .await
+            .map_err(Error::task("identity index record"))?
+    }
+
+    /// The writer of p0 of a partitioned ledger: appends the partition rule unless the identity
+    /// index holds it already ([`crate::partition_rule`]).
+    async fn record_partition_rule(&mut self, shared: Shared<'_>) -> Result<()> {
+        let settings = shared.settings;
+        if settings.partition != Partition::ZERO || settings.partitions.count() == 1 {
+            return Ok(());
+        }
+        let at = Utc::now();
+        let event = crate::partition_rule::record_event(settings.partitions, &settings.checkpoint.origin, at);
+        let (entry, key, digest) = pipeline::own_entry(event, at)?;
+        let index = Arc::clone(shared.index);
+        let known = tokio::task::spawn_blocking(move || lock(&index).lookup_many(&[key]))
+            .await
+            .map_err(Error::task("identity index lookup"))??;
+        if !known.is_empty() {
+            return Ok(());
+        }
+        self.append_indexed(&[entry], vec![(key, digest)], shared).await?;
+        tracing::info!(
+            partitions = settings.partitions.count(),
+            seq = self.appender.last_seq(),
+            "recorded the partition rule in the ledger"
+        );
+        Ok(())
     }
 
     /// Acks (or deletes) inbound messages the ledger now holds.

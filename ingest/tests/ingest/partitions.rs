@@ -14,7 +14,7 @@ use toolledger_wire::streams::{
 };
 use toolledger_wire::{LedgerEntry, Mode};
 
-use crate::pipeline::{Running, drained, entry_ids_by_tenant, events_of, ids_by_tenant, publish};
+use crate::pipeline::{Running, class_of, drained, entry_ids_by_tenant, events_of, ids_by_tenant, publish};
 
 const TENANTS: [&str; 8] = [
     "acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell",
@@ -128,14 +128,21 @@ async fn each_tenant_lands_in_its_partition_with_a_tree_and_checkpoints_of_its_o
         };
         assert!(index.exists(), "{}", index.display());
     }
-    // Every event exactly once, each tenant in the order it was published.
+    // Every event exactly once, each tenant in the order it was published; and p0 holds the
+    // partition rule's record, once.
+    assert_eq!(the_rule(&mut landed, partitions), 1);
     assert_eq!(landed, ids_by_tenant(&events));
     assert_eq!(
         last_sequence(&js, LEDGER).await.unwrap()
             + last_sequence(&js, "ATL_LEDGER_P1").await.unwrap()
             + last_sequence(&js, "ATL_LEDGER_P2").await.unwrap(),
-        events.len() as u64
+        events.len() as u64 + 1
     );
+    let (_, rule, _) = &partition_entries(&js, Partition::ZERO).await[0];
+    assert_eq!(class_of(rule), "toolledger.partitions.recorded");
+    let data = rule.event.data.as_ref().unwrap();
+    assert_eq!(data["partitions"], 3);
+    assert_eq!(data["layout"][2]["stream"], "ATL_LEDGER_P2");
 }
 
 /// Two ingest processes' data directories with the same signing key, as every ingest of one ledger
@@ -191,8 +198,61 @@ async fn a_dead_writers_partitions_are_taken_over_and_nothing_is_lost_or_repeate
         let leaves: Vec<_> = entries.iter().map(|(_, _, bytes)| leaf_hash(bytes)).collect();
         assert_signed_through_the_tail(&js, partition, &signer, &leaves).await;
     }
+    // The rule recorded once, though p0 changed writers.
+    assert_eq!(the_rule(&mut landed, partitions), 1);
     let all: Vec<_> = first.iter().chain(&second).cloned().collect();
     assert_eq!(landed, ids_by_tenant(&all));
+}
+
+#[tokio::test]
+async fn a_published_partition_rule_is_refused_and_the_writers_own_stands() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let partitions = partitioned_contract(&js, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A look-alike of the record, even as `_system` and with ingest's own source, from the inbox.
+    let forged = toolledger_ingest::partition_rule::record_event(
+        Partitions::new(3).unwrap(),
+        "forged.example",
+        chrono::Utc::now(),
+    );
+    crate::pipeline::publish_raw(
+        &js,
+        "atl.in._system.toolledger.partitions.recorded",
+        &[("content-type", "application/cloudevents+json")],
+        &serde_json::to_vec(&forged).unwrap(),
+    )
+    .await;
+    let ingest = Running::start_with(&nats, dir.path(), |settings| settings.partitions = partitions);
+    drained(&js).await;
+    ingest.stop().await;
+    let reasons: Vec<String> = crate::pipeline::quarantined(&js)
+        .await
+        .into_iter()
+        .map(|(_, reason)| reason)
+        .collect();
+    assert_eq!(reasons, ["reserved_class"]);
+    let entries = partition_entries(&js, Partition::ZERO).await;
+    let classes: Vec<String> = entries.iter().map(|(_, entry, _)| class_of(entry)).collect();
+    assert_eq!(
+        classes,
+        ["toolledger.partitions.recorded", "toolledger.quarantine.recorded"]
+    );
+    let data = entries[0].1.event.data.as_ref().unwrap();
+    assert_eq!(
+        data["partitions"], 2,
+        "the writer's own record, not the forged one"
+    );
+}
+
+/// Takes the partition rule's records (tenant `_system`) out of `landed`: how many there were, each
+/// checked to be `partitions-<count>`.
+fn the_rule(landed: &mut BTreeMap<String, Vec<String>>, partitions: Partitions) -> usize {
+    let records = landed.remove("_system").unwrap_or_default();
+    for id in &records {
+        assert_eq!(*id, format!("partitions-{}", partitions.count()));
+    }
+    records.len()
 }
 
 #[tokio::test]
@@ -270,10 +330,13 @@ async fn receipts_land_in_their_tenants_partition_and_a_subject_without_class_in
         )]
     );
     // A subject with no class is read by p0's lane for such subjects: its receipt is
-    // `_unroutable`'s, in p0, never the tenant's in p0.
+    // `_unroutable`'s, in p0, never the tenant's in p0 (after the partition rule's record).
     assert_eq!(
         receipts(partition_entries(&js, Partition::ZERO).await),
-        ["atl.ledger._unroutable.toolledger.quarantine.recorded _unroutable"]
+        [
+            "atl.ledger._system.toolledger.partitions.recorded _system",
+            "atl.ledger._unroutable.toolledger.quarantine.recorded _unroutable"
+        ]
     );
 }
 
@@ -291,7 +354,11 @@ async fn a_larger_count_is_refused_once_any_partition_holds_entries() {
     publish(&js, &events_of(&[p1_tenant], 10, 700), Mode::Binary, false).await;
     drained(&js).await;
     ingest.stop().await;
-    assert_eq!(last_sequence(&js, LEDGER).await.unwrap(), 0, "p0 holds nothing");
+    assert_eq!(
+        last_sequence(&js, LEDGER).await.unwrap(),
+        1,
+        "p0 holds the partition rule's record only"
+    );
     let more = check_partition_count(&js, Partitions::new(4).unwrap())
         .await
         .unwrap_err()
@@ -381,6 +448,7 @@ async fn two_processes_share_the_partitions_and_the_first_hands_half_on() {
             .collect();
         landed.extend(entry_ids_by_tenant(&parsed));
     }
+    assert_eq!(the_rule(&mut landed, partitions), 1);
     let all: Vec<_> = first.iter().chain(&second).chain(&third).cloned().collect();
     assert_eq!(landed, ids_by_tenant(&all));
 }

@@ -195,7 +195,7 @@ fn receipt_data(entry: &LedgerEntry) -> Value {
     entry.event_json()["data"].clone()
 }
 
-async fn quarantined(js: &jetstream::Context) -> Vec<(String, String)> {
+pub async fn quarantined(js: &jetstream::Context) -> Vec<(String, String)> {
     let stream = js.get_stream(QUARANTINE).await.unwrap();
     let count = stream.get_info().await.unwrap().state.messages as usize;
     let consumer = stream

@@ -31,6 +31,9 @@ use crate::decode::{DecodedEvent, Origin};
 use crate::event::{Event, format_time};
 use crate::{Error, Result, ijson, jcs};
 
+/// The `source` of every event the ledger writes itself (its own entries, origin `ledger`).
+pub const LEDGER_SOURCE: &str = "toolledger://ingest";
+
 /// A payload moved to the object store, as the entry references it (DESIGN §5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PayloadRef {
@@ -128,8 +131,8 @@ impl LedgerEntry {
         }
     }
 
-    /// The entry the ledger writes itself (a quarantine receipt, an access or erasure record): origin
-    /// `ledger`, nothing scrubbed or offloaded.
+    /// The entry the ledger writes itself (a quarantine receipt, the partition rule's record): origin
+    /// `ledger`, nothing scrubbed or offloaded; its event's `source` is [`LEDGER_SOURCE`].
     pub fn own(event: Event, ingested_at: DateTime<Utc>) -> Self {
         Self {
             event,

@@ -21,6 +21,7 @@
 use std::fmt;
 
 use toolledger_schemas::EventClass;
+use toolledger_schemas::model::PartitionLayout;
 
 use crate::Tenant;
 
@@ -38,6 +39,9 @@ impl Default for Partitions {
 }
 
 impl Partitions {
+    /// The rule's name as the ledger records it (`toolledger.partitions.recorded`): [`Partitions::of`].
+    pub const RULE: &'static str = "fnv1a32-mod";
+
     /// A count, refused outside 1 to [`MAX_PARTITIONS`].
     pub fn new(count: u16) -> Result<Self, String> {
         if (1..=MAX_PARTITIONS).contains(&count) {
@@ -57,6 +61,20 @@ impl Partitions {
     /// Every partition, p0 first.
     pub fn all(self) -> impl Iterator<Item = Partition> {
         (0..self.0).map(Partition)
+    }
+
+    /// Every partition's names under the ledger's `origin`, p0 first, as the partition rule's
+    /// record (`toolledger.partitions.recorded`) lists them.
+    pub fn layout(self, origin: &str) -> Vec<PartitionLayout> {
+        self.all()
+            .map(|partition| PartitionLayout {
+                partition: partition.index(),
+                stream: partition.stream(),
+                checkpoint_subject: partition.checkpoint_subject(),
+                origin: partition.origin(origin),
+                extra: Default::default(),
+            })
+            .collect()
     }
 
     /// The partition of a tenant token (an inbound subject's, or an entry's `tenant`): p0 for the

@@ -172,6 +172,44 @@ pub struct ErasureCompleted {
     pub extra: Object,
 }
 
+/// `toolledger.partitions.recorded` data (`schemas/ledger/partitions-recorded.schema.json`): how many
+/// partitions the ledger has and the rule that puts each tenant in one (DESIGN §8), appended to p0
+/// by its writer when the ledger has more than one, so a verifier reads from the ledger itself where
+/// each tenant's events are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionsRecorded {
+    /// The record's id (`partitions-<count>`). The CloudEvents `subject`.
+    pub record_id: String,
+    /// How many partitions.
+    pub partitions: u16,
+    /// The rule's name: `fnv1a32-mod` (tenants starting with `_` in p0; any other in FNV-1a 32 of
+    /// its name's UTF-8 bytes, modulo `partitions`).
+    pub rule: String,
+    /// Each partition's stream, subjects, checkpoint subject and origin, p0 first.
+    pub layout: Vec<PartitionLayout>,
+    /// When it was recorded (RFC 3339).
+    pub recorded_at: String,
+    /// Fields this type does not name, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// One partition's names in a [`PartitionsRecorded`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionLayout {
+    /// Its index, 0 to `partitions` − 1.
+    pub partition: u16,
+    /// Its ledger stream.
+    pub stream: String,
+    /// Its checkpoints' subject on `ATL_CHECKPOINTS`.
+    pub checkpoint_subject: String,
+    /// Its checkpoints' origin.
+    pub origin: String,
+    /// Fields this type does not name, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
 /// The ledger's own shapes have no open vocabularies.
 macro_rules! no_vocabularies {
     ($($ty:ty),*) => {$(
@@ -184,5 +222,6 @@ no_vocabularies!(
     PermissionRequest,
     AccessRead,
     QuarantineRecorded,
-    ErasureCompleted
+    ErasureCompleted,
+    PartitionsRecorded
 );

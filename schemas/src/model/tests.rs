@@ -188,6 +188,8 @@ fn the_ledger_shapes_round_trip() {
     assert!(round_trip::<QuarantineRecorded>(name, text).is_empty());
     let (name, text) = sample!("ledger.erasure-completed.json");
     assert!(round_trip::<ErasureCompleted>(name, text).is_empty());
+    let (name, text) = sample!("ledger.partitions-recorded.json");
+    assert!(round_trip::<PartitionsRecorded>(name, text).is_empty());
 }
 
 #[test]
@@ -429,6 +431,7 @@ fn through_the_model(kind: ObjectKind, document: &Value) -> Result<Value, serde_
         ObjectKind::AccessRead => again::<AccessRead>(document),
         ObjectKind::QuarantineRecorded => again::<QuarantineRecorded>(document),
         ObjectKind::ErasureCompleted => again::<ErasureCompleted>(document),
+        ObjectKind::PartitionsRecorded => again::<PartitionsRecorded>(document),
     }
 }
 

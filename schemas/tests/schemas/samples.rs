@@ -150,6 +150,16 @@ pub fn minimal(kind: ObjectKind) -> (Value, &'static [&'static str]) {
                 "authority": "DPO ticket 42", "completed_at": "2026-05-08T00:00:00Z"}),
             &["erasure_id", "blob_ids", "reason", "authority", "completed_at"],
         ),
+        ObjectKind::PartitionsRecorded => (
+            json!({"record_id": "partitions-2", "partitions": 2, "rule": "fnv1a32-mod",
+                "layout": [
+                    {"partition": 0, "stream": "ATL_LEDGER", "checkpoint_subject": "atl.checkpoints",
+                        "origin": "toolledger.example/ledger"},
+                    {"partition": 1, "stream": "ATL_LEDGER_P1", "checkpoint_subject": "atl.checkpoints.1",
+                        "origin": "toolledger.example/ledger/p1"}],
+                "recorded_at": "2026-05-08T00:00:00Z"}),
+            &["record_id", "partitions", "rule", "layout", "recorded_at"],
+        ),
         other => panic!("no sample for {other:?}"),
     }
 }

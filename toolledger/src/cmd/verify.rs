@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use toolledger_core::config::Config;
 use toolledger_merkle::{TileStore, Verifiers, WitnessPolicy};
-use toolledger_verify::{MonitorEvent, Progress, VerifyOptions, verify_ledger};
+use toolledger_verify::{MonitorEvent, Placement, Progress, VerifyOptions, verify_ledger};
 use toolledger_wire::partition::{Partition, Partitions};
 use toolledger_wire::streams::{CHECKPOINTS, CHECKPOINTS_SUBJECT};
 
@@ -211,6 +211,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             // Witnesses cosign p0 only for now (docs/scaling.md).
             witness_policy: witness_policy.clone().filter(|_| target.witnessed),
             checkpoint_subject: target.checkpoint_subject.clone(),
+            placement: target.placement.clone(),
             ..VerifyOptions::default()
         };
         if args.monitor {
@@ -298,6 +299,8 @@ struct Target {
     tiles: Option<String>,
     /// Whether witnesses cosign its checkpoints.
     witnessed: bool,
+    /// Which partition of several it is: its entries' tenants and, for p0, the recorded rule.
+    placement: Option<Placement>,
 }
 
 /// What `verify` checks: `--stream` (as `--partition K`, default p0), `--partition K`, else every
@@ -320,6 +323,12 @@ fn targets(config: &Config, args: &Args) -> anyhow::Result<Vec<Target>> {
             tiles: (args.tiles.is_some() || partition != Partition::ZERO)
                 .then(|| partition.tiles(&base_tiles)),
             witnessed: partition == Partition::ZERO,
+            // A partition of several (not a `--stream` copy, which may be anything's).
+            placement: (args.stream.is_none() && partitions.count() > 1).then(|| Placement {
+                partitions,
+                partition,
+                origin: config.ledger.origin.clone(),
+            }),
         })
         .collect())
 }

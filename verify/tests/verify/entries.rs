@@ -6,6 +6,7 @@
 use bytes::Bytes;
 use toolledger_ingest::append::PendingEntry;
 use toolledger_verify::{Finding, Report};
+use toolledger_wire::partition::{Partition, Partitions};
 use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
 
 use crate::common::{TestLedger, generated_entries};
@@ -95,4 +96,78 @@ async fn an_entry_that_does_not_parse_is_named_unreadable() {
         let shown = report.first_bad().unwrap().to_string();
         assert!(shown.starts_with("ledger seq 77: not a ledger entry"), "{shown}");
     }
+}
+
+/// p0 of a ledger of two partitions (`docs/scaling.md`): `acme` lives in p1, `globex` in p0.
+async fn verify_as_p0_of_two(entries: Vec<PendingEntry>) -> Vec<Finding> {
+    let ledger = TestLedger::build(entries).await;
+    let options = toolledger_verify::VerifyOptions {
+        placement: Some(toolledger_verify::Placement {
+            partitions: Partitions::new(2).unwrap(),
+            partition: Partition::ZERO,
+            origin: "ledger.example".to_owned(),
+        }),
+        ..toolledger_verify::VerifyOptions::default()
+    };
+    let report = toolledger_verify::verify_ledger(
+        &ledger.js,
+        LEDGER,
+        CHECKPOINTS,
+        &crate::common::verifiers(),
+        &options,
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
+    report.findings
+}
+
+#[tokio::test]
+async fn p0_of_a_partitioned_ledger_holds_the_rule_once_and_only_its_own_tenants() {
+    let two = Partitions::new(2).unwrap();
+    assert_eq!(two.of("globex"), Partition::ZERO);
+    assert_eq!(two.of("acme"), Partition::new(1));
+    let at = chrono::Utc::now();
+    let event = toolledger_ingest::partition_rule::record_event(two, "ledger.example", at);
+    let (bytes, _) = toolledger_ingest::pipeline::ledger_own_entry_bytes(event, at).unwrap();
+    let record = PendingEntry::new(
+        "atl.ledger._system.toolledger.partitions.recorded".to_owned(),
+        Bytes::from(bytes),
+    );
+    let of = |tenant: &str| -> Vec<PendingEntry> {
+        let prefix = format!("atl.ledger.{tenant}.");
+        generated_entries(60)
+            .into_iter()
+            .filter(|e| e.subject.starts_with(&prefix))
+            .collect()
+    };
+    let globex = of("globex");
+    assert!(!globex.is_empty());
+
+    // p0's own tenants and the record first: nothing to find.
+    let clean: Vec<_> = std::iter::once(record.clone()).chain(globex.clone()).collect();
+    assert_eq!(verify_as_p0_of_two(clean).await, []);
+
+    // Entries but no record.
+    let findings = verify_as_p0_of_two(globex.clone()).await;
+    assert!(
+        matches!(findings.as_slice(), [Finding::PartitionRule { seq: None, .. }]),
+        "{findings:?}"
+    );
+
+    // An entry of a tenant of p1, and a second record.
+    let mut planted: Vec<_> = std::iter::once(record.clone()).chain(globex.clone()).collect();
+    planted.push(of("acme").remove(0));
+    planted.push(record);
+    let misplaced = planted.len() as u64 - 1;
+    let findings = verify_as_p0_of_two(planted).await;
+    assert_eq!(findings.len(), 2, "{findings:?}");
+    assert!(
+        matches!(&findings[0], Finding::EntryMisplaced { seq, tenant, .. } if *seq == misplaced && tenant == "acme"),
+        "{findings:?}"
+    );
+    assert!(
+        matches!(&findings[1], Finding::PartitionRule { seq: Some(seq), .. } if *seq == misplaced + 1),
+        "{findings:?}"
+    );
 }
