@@ -7,12 +7,20 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use toolledger_wire::QuarantineReason;
+use toolledger_wire::partition::Partition;
 
 /// The label of the quarantine counter.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     /// The quarantine reason.
     pub reason: String,
+}
+
+/// The label of the per-partition metrics: `p0`, `p1`, … (`docs/scaling.md`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabel {
+    /// The partition.
+    pub partition: String,
 }
 
 /// The label of the witness metrics: the witness's name.
@@ -25,16 +33,16 @@ pub struct WitnessLabel {
 /// Counters and gauges the ingest loop updates.
 #[derive(Clone)]
 pub struct IngestMetrics {
-    /// Entries appended to the ledger (events and receipts).
-    pub appended: Counter,
+    /// Entries appended to the ledger (events and receipts), by partition.
+    pub appended: Family<PartitionLabel, Counter>,
     /// Inbound messages acked as duplicates of ledger entries.
     pub duplicates: Counter,
     /// Inbound messages quarantined, by reason.
     pub quarantined: Family<ReasonLabel, Counter>,
     /// Messages waiting in ATL_INBOUND for ingest.
     pub inbound_lag: Gauge,
-    /// The ledger's last sequence as ingest knows it.
-    pub last_seq: Gauge,
+    /// Each partition's last sequence as its writer knows it.
+    pub last_seq: Family<PartitionLabel, Gauge>,
     /// Seconds from the first publish of a batch to its last ack.
     pub append_latency: Histogram,
     /// The size of the latest checkpoint each witness cosigned.
@@ -47,11 +55,11 @@ impl IngestMetrics {
     /// The metrics, registered under `ingest_` in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
-            appended: Counter::default(),
+            appended: Family::default(),
             duplicates: Counter::default(),
             quarantined: Family::default(),
             inbound_lag: Gauge::default(),
-            last_seq: Gauge::default(),
+            last_seq: Family::default(),
             // 100 µs to ~3 s.
             append_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             witness_cosigned_size: Family::default(),
@@ -60,7 +68,7 @@ impl IngestMetrics {
         let sub = registry.sub_registry_with_prefix("ingest");
         sub.register(
             "appended",
-            "Entries appended to the ledger",
+            "Entries appended to the ledger, by partition",
             metrics.appended.clone(),
         );
         sub.register(
@@ -80,7 +88,7 @@ impl IngestMetrics {
         );
         sub.register(
             "ledger_last_seq",
-            "The ledger's last sequence",
+            "Each partition's last ledger sequence, as this process's writer last knew it",
             metrics.last_seq.clone(),
         );
         sub.register(
@@ -101,6 +109,16 @@ impl IngestMetrics {
         metrics
     }
 
+    /// `partition`'s appended-entries counter.
+    pub fn appended(&self, partition: Partition) -> Counter {
+        self.appended.get_or_create(&label(partition)).clone()
+    }
+
+    /// `partition`'s last-sequence gauge.
+    pub fn last_seq(&self, partition: Partition) -> Gauge {
+        self.last_seq.get_or_create(&label(partition)).clone()
+    }
+
     /// Counts one quarantined message.
     pub fn quarantined(&self, reason: QuarantineReason) {
         self.quarantined
@@ -108,5 +126,11 @@ impl IngestMetrics {
                 reason: reason.as_str().to_owned(),
             })
             .inc();
+    }
+}
+
+fn label(partition: Partition) -> PartitionLabel {
+    PartitionLabel {
+        partition: partition.to_string(),
     }
 }

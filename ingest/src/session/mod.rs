@@ -785,7 +785,7 @@ impl Session {
         catch_up_index(js, &partition.stream(), index, appender.last_seq()).await?;
         learn_declarations(stages, js, partition).await?;
         metrics
-            .last_seq
+            .last_seq(partition)
             .set(i64::try_from(appender.last_seq()).unwrap_or(i64::MAX));
         let stream = js
             .get_stream(INBOUND)
@@ -1379,9 +1379,12 @@ impl Back {
         let seqs = self.appender.append(pending).await?;
         self.checkpointer.appended(&seqs, pending).await?;
         metrics.append_latency.observe(started.elapsed().as_secs_f64());
-        metrics.appended.inc_by(pending.len() as u64);
+        let partition = shared.settings.partition;
+        metrics.appended(partition).inc_by(pending.len() as u64);
         let last = self.appender.last_seq();
-        metrics.last_seq.set(i64::try_from(last).unwrap_or(i64::MAX));
+        metrics
+            .last_seq(partition)
+            .set(i64::try_from(last).unwrap_or(i64::MAX));
         let rows: Vec<_> = identities
             .into_iter()
             .zip(seqs)

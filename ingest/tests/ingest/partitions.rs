@@ -99,7 +99,14 @@ async fn each_tenant_lands_in_its_partition_with_a_tree_and_checkpoints_of_its_o
     drained(&js).await;
     let components: Vec<String> = ingest.health.report().components.into_keys().collect();
     assert_eq!(components, ["ingest", "ingest-p1", "ingest-p2"]);
+    let metrics = ingest.metrics.clone();
     ingest.stop().await;
+    // Each writer's figures under its own partition's label.
+    for partition in partitions.all() {
+        let last = last_sequence(&js, &partition.stream()).await.unwrap();
+        assert_eq!(metrics.last_seq(partition).get(), last as i64, "{partition}");
+        assert_eq!(metrics.appended(partition).get(), last, "{partition}");
+    }
 
     let signer = NoteSigner::load(&dir.path().join("keys/checkpoint.key")).unwrap();
     let mut landed = BTreeMap::new();
