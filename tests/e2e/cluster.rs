@@ -538,10 +538,10 @@ async fn r3_ledger_of_four_partitions_loses_nothing_while_one_of_two_ingest_proc
         "seed {seed}: every event once, each tenant in order"
     );
 
-    // Every partition and its checkpoints verify (as admin: the shipped reader covers p0 only).
-    let admin_url = url_as(&cluster, "admin");
+    // Every partition and its checkpoints verify, as the shipped reader identity.
+    let reader_url = url_as(&cluster, "reader");
     let mut verify = service_with(
-        &["verify", "--nats-url", &admin_url, "--no-payloads"],
+        &["verify", "--nats-url", &reader_url, "--no-payloads"],
         data.path(),
         &[("TOOLLEDGER_LEDGER__PARTITIONS", "4")],
     );
