@@ -284,7 +284,7 @@ impl Checkpointer {
 }
 
 /// The last message of the checkpoint stream, verified and parsed; `None` when there is none.
-async fn last_checkpoint(
+pub(crate) async fn last_checkpoint(
     js: &jetstream::Context,
     settings: &CheckpointSettings,
     verifiers: &Verifiers,

@@ -15,6 +15,8 @@
 //! - [`checkpoint`]: the Merkle tree over the ledger (tiles) and signed checkpoints to ATL_CHECKPOINTS.
 //! - [`witnessing`]: each new checkpoint sent to the configured witnesses; their cosignatures to
 //!   ATL_COSIGNATURES.
+//! - [`directory`]: the directory of a partitioned ledger, one entry per change of any partition's
+//!   latest checkpoint, signed as a log of its own.
 //! - [`dedupe`]: the identity index, duplicate detection for all time, rebuildable from the ledger.
 //! - [`quarantine`]: rejected originals to ATL_QUARANTINE and their receipts.
 //! - [`partition_rule`]: the partition rule's record, appended to p0 of a partitioned ledger.
@@ -34,6 +36,7 @@
 pub mod append;
 pub mod checkpoint;
 pub mod dedupe;
+pub mod directory;
 pub mod lease;
 pub mod metrics;
 pub mod partition_rule;

@@ -557,6 +557,11 @@ async fn r3_ledger_of_four_partitions_loses_nothing_while_one_of_two_ingest_proc
     for partition in partitions.all() {
         assert!(out.contains(&format!("partition {partition}")), "{out}");
     }
+    // The directory over the four, written by whichever process held its lease, verifies too.
+    assert!(
+        out.contains("toolledger verify: directory (ATL_DIRECTORY)"),
+        "{out}"
+    );
 
     // Each partition projected (as the shipped projector identity) equals its rebuild.
     let mut last = Vec::new();

@@ -147,7 +147,7 @@ fn init_makes_one_ledger_stream_per_partition_and_refuses_another_count() {
     assert!(ok, "init failed\n{out}\n{err}");
     let (ok, out, err) = run(data.path(), &["init", "--nats-url", &url, "--partitions", "3"]);
     assert!(ok, "init --partitions 3 failed\n{out}\n{err}");
-    for part in ["ATL_LEDGER_P1", "ATL_LEDGER_P2"] {
+    for part in ["ATL_LEDGER_P1", "ATL_LEDGER_P2", "ATL_DIRECTORY"] {
         assert!(
             out.contains(&format!("created stream {part} at")),
             "{part}\n{out}"
@@ -164,6 +164,10 @@ fn init_makes_one_ledger_stream_per_partition_and_refuses_another_count() {
         let config = &p2.cached_info().config;
         assert_eq!(config.subjects, ["atl.p2.ledger.>"]);
         assert!(config.deny_delete && config.deny_purge && config.allow_atomic_publish);
+        let directory = js.get_stream("ATL_DIRECTORY").await.unwrap();
+        let config = &directory.cached_info().config;
+        assert_eq!(config.subjects, ["atl.directory"]);
+        assert!(config.deny_delete && config.deny_purge);
         let checkpoints = js.get_stream(streams::CHECKPOINTS).await.unwrap();
         assert_eq!(
             checkpoints.cached_info().config.subjects,

@@ -150,7 +150,23 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
             "{out}"
         );
     }
+    // And the directory over them: its tree, its checkpoints, each entry against the checkpoints it
+    // names.
+    assert!(
+        out.contains("toolledger verify: directory (ATL_DIRECTORY)"),
+        "{out}"
+    );
     assert!(out.trim_end().ends_with("toolledger verify: ok"), "{out}");
+    let (ok, out, err) = env.run(&["verify", "--nats-url", &url, "--json"]);
+    assert!(ok, "verify --json failed\n{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["partitions"].as_array().unwrap().len(), 3);
+    assert_eq!(report["directory"]["ledger_stream"], "ATL_DIRECTORY");
+    assert!(report["directory"]["entries"].as_u64().unwrap() >= 1, "{out}");
+    assert!(
+        report["directory"]["trusted_checkpoints"].as_u64().unwrap() >= 1,
+        "{out}"
+    );
     let (ok, out, err) = env.run(&["verify", "--nats-url", &url, "--partition", "2", "--json"]);
     assert!(ok, "verify --partition 2 failed\n{out}\n{err}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -194,6 +210,30 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     let (ok, out, err) = env.run(&["verify", "--nats-url", &url, "--partition", "2"]);
     assert!(!ok, "verify passed a misplaced entry\n{out}");
     assert!(out.contains("misplaced: an entry of tenant"), "{out}\n{err}");
+
+    // A directory entry naming a size its checkpoint did not sign is a finding too.
+    crate::init::runtime().block_on(async {
+        use toolledger_wire::directory::{self, DirectoryEntry};
+        let js = jetstream::new(nats.client().await);
+        let last = toolledger_ledger::last_sequence(&js, directory::STREAM)
+            .await
+            .unwrap();
+        let bytes = toolledger_ledger::message(&js, directory::STREAM, last)
+            .await
+            .unwrap();
+        let mut entry = DirectoryEntry::parse(&bytes).unwrap();
+        entry.partitions[0].size += 1;
+        js.publish(directory::SUBJECT, entry.to_bytes().unwrap().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    });
+    let (ok, out, err) = env.run(&["verify", "--nats-url", &url, "--partition", "0"]);
+    assert!(ok, "p0 alone still verifies\n{out}\n{err}");
+    let (ok, out, err) = env.run(&["verify", "--nats-url", &url]);
+    assert!(!ok, "verify passed a forged directory entry\n{out}");
+    assert!(out.contains("the directory entry does not hold"), "{out}\n{err}");
 
     // A configuration with another count is refused before anything is written.
     let one = Env::new(1);
@@ -538,11 +578,16 @@ async fn two_writers_of_four_partitions_killed_at_random_moments_lose_and_repeat
         "seed {seed}: no tenant of its own making"
     );
 
-    // Every partition and its checkpoints verify.
+    // Every partition and its checkpoints verify, and the directory over them (its writer was
+    // killed with the rest and taken over by lease).
     let (ok, out, err) =
         tokio::task::block_in_place(|| env.run(&["verify", "--nats-url", &url, "--no-payloads"]));
     assert!(ok, "seed {seed}: verify failed\n{out}\n{err}");
     for partition in partitions.all() {
         assert!(out.contains(&format!("partition {partition}")), "{out}");
     }
+    assert!(
+        out.contains("toolledger verify: directory (ATL_DIRECTORY)"),
+        "{out}"
+    );
 }

@@ -17,6 +17,7 @@
 //! - [`bundle`]: evidence bundles (`docs/evidence-bundles.md`): [`bundle::build_bundle`] from NATS and a
 //!   blob store, [`bundle::verify_bundle`] offline with the verifier key alone.
 //!
+//! - [`directory`]: a partitioned ledger's directory entries against the checkpoints they name.
 //! - [`backup`]: the two streams to files and back into a fresh contract, byte for byte.
 //!
 //! Data enters from NATS (the two streams and their live configurations), read through
@@ -26,6 +27,7 @@
 
 pub mod backup;
 pub mod bundle;
+pub mod directory;
 mod error;
 pub mod prove;
 pub mod verify;

@@ -347,6 +347,15 @@ pub enum Finding {
         /// What is wrong.
         reason: String,
     },
+    /// An entry of a partitioned ledger's directory does not commit to what it says: not an entry,
+    /// not one reference per partition, a reference to a checkpoint that is missing, on another
+    /// subject, unsigned or of another size or root, or a partition going back.
+    DirectoryEntry {
+        /// Its sequence in the directory's stream.
+        seq: u64,
+        /// What is wrong.
+        reason: String,
+    },
     /// A tile disagrees with the signed tree (replaced, damaged or missing). Tiles are a cache: the
     /// ledger is unaffected and `toolledger` rebuilds them.
     TileCorrupt {
@@ -367,7 +376,8 @@ impl Finding {
             Self::EntryUnreadable { seq, .. }
             | Self::EntryNotCanonical { seq }
             | Self::EntryAltered { seq, .. }
-            | Self::EntryMisplaced { seq, .. } => Some(*seq),
+            | Self::EntryMisplaced { seq, .. }
+            | Self::DirectoryEntry { seq, .. } => Some(*seq),
             Self::PartitionRule { seq, .. } => *seq,
             Self::RootMismatch { good_through, .. } => Some(good_through + 1),
             Self::StartMismatch { .. } => Some(1),
@@ -393,6 +403,7 @@ impl Finding {
             Self::StartMismatch { size, .. } => format!("ledger seq 1..={size}"),
             Self::TileCorrupt { path, .. } => format!("tile {path}"),
             Self::PartitionRule { seq: None, .. } => "partition p0".to_owned(),
+            Self::DirectoryEntry { seq, .. } => format!("directory seq {seq}"),
             Self::PayloadMissing { seq, blob_id, .. }
             | Self::PayloadAltered { seq, blob_id, .. }
             | Self::PayloadUnchecked { seq, blob_id, .. } => format!("payload {blob_id} of ledger seq {seq}"),
@@ -461,6 +472,7 @@ impl fmt::Display for Finding {
                 "misplaced: an entry of tenant {tenant:?} in partition {partition}; the partition rule puts it in {home}"
             ),
             Self::PartitionRule { seq: None, reason } => write!(f, "no partition rule recorded: {reason}"),
+            Self::DirectoryEntry { reason, .. } => write!(f, "the directory entry does not hold: {reason}"),
             Self::PartitionRule { reason, .. } => {
                 write!(f, "the recorded partition rule is not the ledger's: {reason}")
             }

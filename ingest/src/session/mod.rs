@@ -255,7 +255,26 @@ pub async fn run(
             stop.clone(),
         )
     });
+    // The directory's writer stops after the partitions' (which sign their tails on the way out),
+    // so its last entry names their last checkpoints.
+    let (directory_stop, directory_stopped) = tokio::sync::watch::channel(false);
+    let directory = (settings.partitions.count() > 1).then(|| {
+        tokio::spawn(crate::directory::run(
+            connector.clone(),
+            settings.clone(),
+            health.clone(),
+            directory_stopped,
+        ))
+    });
     let outcome = futures::future::try_join_all(writers).await.map(drop);
+    let _ = directory_stop.send(true);
+    if let Some(directory) = directory {
+        if outcome.is_ok() {
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, directory).await;
+        } else {
+            directory.abort();
+        }
+    }
     if let Some(members) = members {
         if outcome.is_ok() {
             let _ = tokio::time::timeout(SHUTDOWN_GRACE, members).await;
@@ -472,7 +491,7 @@ pub struct Connector {
 }
 
 impl Connector {
-    async fn connect(&self) -> Result<jetstream::Context> {
+    pub(crate) async fn connect(&self) -> Result<jetstream::Context> {
         self.connect_named(&self.name).await
     }
 

@@ -98,7 +98,7 @@ async fn each_tenant_lands_in_its_partition_with_a_tree_and_checkpoints_of_its_o
     publish(&js, &events, Mode::Binary, false).await;
     drained(&js).await;
     let components: Vec<String> = ingest.health.report().components.into_keys().collect();
-    assert_eq!(components, ["ingest", "ingest-p1", "ingest-p2"]);
+    assert_eq!(components, ["directory", "ingest", "ingest-p1", "ingest-p2"]);
     let metrics = ingest.metrics.clone();
     ingest.stop().await;
     // Each writer's figures under its own partition's label.
@@ -145,6 +145,7 @@ async fn each_tenant_lands_in_its_partition_with_a_tree_and_checkpoints_of_its_o
             + last_sequence(&js, "ATL_LEDGER_P2").await.unwrap(),
         events.len() as u64 + 1
     );
+    assert_the_directory_names_every_partitions_last_checkpoint(&js, partitions, &signer).await;
     let (_, rule, _) = &partition_entries(&js, Partition::ZERO).await[0];
     assert_eq!(class_of(rule), "toolledger.partitions.recorded");
     let data = rule.event.data.as_ref().unwrap();
@@ -193,7 +194,10 @@ async fn a_dead_writers_partitions_are_taken_over_and_nothing_is_lost_or_repeate
         died.elapsed()
     );
     let components: Vec<String> = b.health.report().components.into_keys().collect();
-    assert_eq!(components, ["ingest", "ingest-p1", "ingest-p2", "ingest-p3"]);
+    assert_eq!(
+        components,
+        ["directory", "ingest", "ingest-p1", "ingest-p2", "ingest-p3"]
+    );
     b.stop().await;
 
     let signer = NoteSigner::load(&b_dir.path().join("keys/checkpoint.key")).unwrap();
@@ -250,6 +254,51 @@ async fn a_published_partition_rule_is_refused_and_the_writers_own_stands() {
         data["partitions"], 2,
         "the writer's own record, not the forged one"
     );
+}
+
+/// The directory's last entry names each partition's last signed checkpoint (its writer stops after
+/// the partitions' and records their tails), and the directory's own last checkpoint signs its
+/// whole tree.
+async fn assert_the_directory_names_every_partitions_last_checkpoint(
+    js: &jetstream::Context,
+    partitions: Partitions,
+    signer: &NoteSigner,
+) {
+    use toolledger_wire::directory::{self, DirectoryEntry};
+    let mut verifiers = Verifiers::default();
+    verifiers.add(signer.verifier());
+    let entries = read_range(
+        js,
+        directory::STREAM,
+        1,
+        last_sequence(js, directory::STREAM).await.unwrap(),
+    )
+    .await
+    .unwrap();
+    assert!(!entries.is_empty(), "the directory holds no entry");
+    let (_, last) = entries.last().unwrap();
+    let last = DirectoryEntry::parse(last).unwrap();
+    for (partition, reference) in partitions.all().zip(&last.partitions) {
+        let message = last_stored_message(js, CHECKPOINTS, &partition.checkpoint_subject())
+            .await
+            .unwrap()
+            .unwrap();
+        let note = String::from_utf8(message.payload.to_vec()).unwrap();
+        let checkpoint = Checkpoint::open(&note, &verifiers).unwrap();
+        assert_eq!(reference.checkpoint_seq, message.seq, "{partition}");
+        assert_eq!(reference.size, checkpoint.size, "{partition}");
+        assert_eq!(reference.partition, partition.index());
+    }
+    let message = last_stored_message(js, CHECKPOINTS, directory::CHECKPOINT_SUBJECT)
+        .await
+        .unwrap()
+        .expect("the directory is signed");
+    let note = String::from_utf8(message.payload.to_vec()).unwrap();
+    let checkpoint = Checkpoint::open(&note, &verifiers).unwrap();
+    assert_eq!(checkpoint.size, entries.len() as u64);
+    assert!(checkpoint.origin.ends_with("/directory"), "{}", checkpoint.origin);
+    let leaves: Vec<_> = entries.iter().map(|(_, bytes)| leaf_hash(bytes)).collect();
+    assert_eq!(checkpoint.root, root_of(&leaves));
 }
 
 /// Takes the partition rule's records (tenant `_system`) out of `landed`: how many there were, each

@@ -35,6 +35,7 @@
 pub mod binding;
 pub mod connect;
 pub mod decode;
+pub mod directory;
 pub mod entry;
 pub mod envelope;
 pub mod event;

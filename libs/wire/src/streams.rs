@@ -6,6 +6,7 @@
 //!                  ├─ ATL_INBOUND      inbound_config     ─┐  (a live one that still dedupes is upgraded)
 //!                  ├─ ATL_LEDGER       ledger_config       │ missing ─▶ create
 //!                  ├─ ATL_LEDGER_P<K>  partition_ledger_config (K ≥ 1, one per further partition)
+//!                  ├─ ATL_DIRECTORY    directory_config (more than one partition: crate::directory)
 //!                  ├─ ATL_CHECKPOINTS  checkpoints_config  ├─ present ─▶ check_* ─▶ weaker? ─▶ Error::StreamConfigWeaker
 //!                  ├─ ATL_COSIGNATURES cosignatures_config │
 //!                  ├─ ATL_QUARANTINE   quarantine_config  ─┘            (never changed)
@@ -229,6 +230,20 @@ pub fn partition_ledger_config(settings: &ContractSettings, partition: Partition
             &partition.stream(),
             &description,
             &partition.subjects(),
+            settings.replicas,
+        )
+    }
+}
+
+/// The ATL_DIRECTORY stream configuration (a ledger of more than one partition,
+/// [`crate::directory`]): immutable, unlimited, taking atomic batches like a ledger stream.
+pub fn directory_config(settings: &ContractSettings) -> stream::Config {
+    stream::Config {
+        allow_atomic_publish: true,
+        ..immutable_config(
+            crate::directory::STREAM,
+            "toolledger directory: each entry commits to every ledger partition's latest checkpoint",
+            crate::directory::SUBJECT,
             settings.replicas,
         )
     }
@@ -807,7 +822,10 @@ fn stream_configs(settings: &ContractSettings) -> Vec<(stream::Config, StreamChe
             check_ledger as StreamCheck,
         )
     });
+    let directory =
+        (settings.partitions.count() > 1).then(|| (directory_config(settings), check_ledger as StreamCheck));
     ledgers
+        .chain(directory)
         .chain([
             (checkpoints_config(settings), check_checkpoints as StreamCheck),
             (cosignatures_config(settings), check_cosignatures),

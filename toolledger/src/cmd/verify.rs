@@ -242,9 +242,16 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         }
         reports.push((target.partition, report));
     }
+    // Every partition of several: the directory over them too.
+    let whole = config.ledger.partitions > 1 && args.stream.is_none() && args.partition.is_none();
+    let directory = if whole {
+        Some(verify_directory(&config, &args, &js, &verifiers).await?)
+    } else {
+        None
+    };
     if args.json {
-        match reports.as_slice() {
-            [(_, report)] => println!("{}", serde_json::to_string_pretty(report)?),
+        match (reports.as_slice(), &directory) {
+            ([(_, report)], None) => println!("{}", serde_json::to_string_pretty(report)?),
             _ => {
                 let partitions: Vec<_> = reports
                     .iter()
@@ -252,22 +259,33 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
                         serde_json::json!({ "partition": partition.map(|p| p.index()), "report": report })
                     })
                     .collect();
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({ "partitions": partitions }))?
-                );
+                let mut out = serde_json::json!({ "partitions": partitions });
+                if let Some(directory) = &directory {
+                    out["directory"] = serde_json::to_value(directory)?;
+                }
+                println!("{}", serde_json::to_string_pretty(&out)?);
             }
         }
     }
-    let findings: usize = reports.iter().map(|(_, report)| report.findings.len()).sum();
-    let first_bad = reports.iter().find_map(|(partition, report)| {
-        report
-            .first_bad()
-            .map(|first| match partition.filter(|_| reports.len() > 1) {
-                Some(partition) => format!("{partition}: {first}"),
-                None => first.to_string(),
-            })
-    });
+    let findings: usize = reports
+        .iter()
+        .map(|(_, report)| report.findings.len())
+        .sum::<usize>()
+        + directory.as_ref().map_or(0, |report| report.findings.len());
+    let first_bad = reports
+        .iter()
+        .find_map(|(partition, report)| {
+            report
+                .first_bad()
+                .map(|first| match partition.filter(|_| reports.len() > 1) {
+                    Some(partition) => format!("{partition}: {first}"),
+                    None => first.to_string(),
+                })
+        })
+        .or_else(|| {
+            let directory = directory.as_ref()?;
+            directory.first_bad().map(|first| format!("directory: {first}"))
+        });
     match first_bad {
         None => {
             if let (Some(path), [(_, report)]) = (&args.save_checkpoint, reports.as_slice())
@@ -285,6 +303,60 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             anyhow::bail!("verification failed ({findings} findings); first bad position: {first}")
         }
     }
+}
+
+/// The directory of a partitioned ledger (`docs/scaling.md`): its tree and checkpoints like a
+/// partition's (its entries are not ledger entries), then each entry against the partition
+/// checkpoints it names.
+async fn verify_directory(
+    config: &Config,
+    args: &Args,
+    js: &async_nats::jetstream::Context,
+    verifiers: &toolledger_merkle::Verifiers,
+) -> anyhow::Result<toolledger_verify::Report> {
+    use toolledger_wire::directory;
+    if !args.json {
+        println!("toolledger verify: directory ({})", directory::STREAM);
+    }
+    let base_tiles = args.tiles.clone().unwrap_or_else(|| config.tiles_location());
+    let options = VerifyOptions {
+        origin: Some(directory::origin(&config.ledger.origin)),
+        tiles: if args.no_tiles {
+            None
+        } else {
+            tiles_at(&directory::tiles(&base_tiles), args.tiles.is_some())?
+        },
+        checkpoint_subject: Some(directory::CHECKPOINT_SUBJECT.to_owned()),
+        check_entries: false,
+        ..VerifyOptions::default()
+    };
+    let mut progress = ProgressReport::new();
+    let started = Instant::now();
+    let mut report = verify_ledger(
+        js,
+        directory::STREAM,
+        &args.checkpoints,
+        verifiers,
+        &options,
+        &mut |p| progress.update(p),
+    )
+    .await?;
+    progress.finish();
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    report.findings.extend(
+        toolledger_verify::directory::check_directory(
+            js,
+            &args.checkpoints,
+            partitions,
+            &config.ledger.origin,
+            verifiers,
+        )
+        .await?,
+    );
+    if !args.json {
+        print_report(&report, started.elapsed().as_secs_f64());
+    }
+    Ok(report)
 }
 
 /// One ledger stream to verify and where its checkpoints, origin and tiles are.
