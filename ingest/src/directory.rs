@@ -101,9 +101,13 @@ async fn session(
         ),
     );
     tracing::info!(holder = lease.holder(), "holding the directory lease");
-    let mut renewed = Instant::now();
-    let mut ticks = tokio::time::interval(settings.checkpoint.interval.max(Duration::from_millis(100)));
+    // The lease is renewed on its own clock (a third of its time), the directory recorded every
+    // checkpoint interval: an interval longer than the lease must not let it lapse between records.
+    let every = settings.checkpoint.interval.max(Duration::from_millis(100));
+    let mut ticks = tokio::time::interval(every.min(lease.renew_every()));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut renewed = Instant::now();
+    let mut recorded_at: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = ticks.tick() => {},
@@ -114,11 +118,14 @@ async fn session(
             lease.renew().await?;
             renewed = Instant::now();
         }
-        if let Some(seq) = log.record(&js, settings).await? {
-            health.ok(
-                COMPONENT,
-                format!("recorded every partition's checkpoint at seq {seq}"),
-            );
+        if stopping || recorded_at.is_none_or(|at| at.elapsed() >= every) {
+            recorded_at = Some(Instant::now());
+            if let Some(seq) = log.record(&js, settings).await? {
+                health.ok(
+                    COMPONENT,
+                    format!("recorded every partition's checkpoint at seq {seq}"),
+                );
+            }
         }
         if stopping {
             break;
@@ -213,7 +220,7 @@ impl Directory {
         };
         let bytes = entry
             .to_bytes()
-            .map_err(|source| Error::LedgerOwnEvent { source })?;
+            .map_err(|source| Error::DirectoryEntry { source })?;
         let pending = [PendingEntry::new(directory::SUBJECT.to_owned(), bytes.into())];
         let appended = self.appender.append(&pending).await?;
         self.checkpointer.appended(&appended, &pending).await?;

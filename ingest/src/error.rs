@@ -115,6 +115,13 @@ pub enum Error {
         #[source]
         source: toolledger_wire::Error,
     },
+    /// A directory entry could not be written as its bytes.
+    #[error("directory entry could not be built")]
+    DirectoryEntry {
+        /// Why.
+        #[source]
+        source: toolledger_wire::Error,
+    },
     /// An accepted event's entry could not be rebuilt after its payloads moved to the blob store.
     #[error("entry of event {event_id} could not be built after offloading")]
     OffloadedEntry {

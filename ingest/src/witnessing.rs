@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use toolledger_merkle::note::Note;
 use toolledger_merkle::{Checkpoint, CosignatureVerifier, Cosigners, TileReader, TileStore};
 use toolledger_wire::entry::hex;
-use toolledger_wire::streams::{CHECKPOINTS, COSIGNATURES, cosignature_subject};
+use toolledger_wire::streams::{CHECKPOINTS, CHECKPOINTS_SUBJECT, COSIGNATURES, cosignature_subject};
 
 use toolledger_core::telemetry::ErrorChain;
 
@@ -348,9 +348,12 @@ async fn publish(
     Ok(())
 }
 
-/// The last signed checkpoint in ATL_CHECKPOINTS, `None` before the first.
+/// The last signed checkpoint of p0 (the only partition witnessed) in ATL_CHECKPOINTS, `None`
+/// before the first: its exact subject, so the other partitions' and the directory's checkpoints,
+/// which share the stream, are never taken for it.
 async fn latest_checkpoint(js: &jetstream::Context) -> crate::Result<Option<Latest>> {
-    let Some(message) = toolledger_ledger::last_stored_message(js, CHECKPOINTS, ">").await? else {
+    let Some(message) = toolledger_ledger::last_stored_message(js, CHECKPOINTS, CHECKPOINTS_SUBJECT).await?
+    else {
         return Ok(None);
     };
     let note = String::from_utf8_lossy(&message.payload).into_owned();

@@ -185,6 +185,50 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
         &url,
     );
 
+    // Directory entries that do not hold, each a finding: a size its checkpoint did not sign, a
+    // checkpoint of another partition, no checkpoint but a tree, and a partition going back.
+    crate::init::runtime().block_on(async {
+        use toolledger_wire::directory::{self, DirectoryEntry};
+        let js = jetstream::new(nats.client().await);
+        let last = toolledger_ledger::last_sequence(&js, directory::STREAM)
+            .await
+            .unwrap();
+        let bytes = toolledger_ledger::message(&js, directory::STREAM, last)
+            .await
+            .unwrap();
+        let entry = DirectoryEntry::parse(&bytes).unwrap();
+        let mut wrong_size = entry.clone();
+        wrong_size.partitions[0].size += 1;
+        let mut wrong_subject = entry.clone();
+        wrong_subject.partitions[1].checkpoint_seq = entry.partitions[0].checkpoint_seq;
+        let mut no_checkpoint = entry.clone();
+        no_checkpoint.partitions[2].checkpoint_seq = 0;
+        no_checkpoint.partitions[2].size = 3;
+        let mut back = entry.clone();
+        back.partitions[0].checkpoint_seq = 0;
+        back.partitions[0].size = 0;
+        back.partitions[0].root = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".to_owned();
+        for forged in [wrong_size, wrong_subject, no_checkpoint, back] {
+            js.publish(directory::SUBJECT, forged.to_bytes().unwrap().into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    });
+    let (ok, out, err) = env.run(&["verify", "--nats-url", &url]);
+    assert!(!ok, "verify passed forged directory entries\n{out}");
+    for reason in [
+        "p0: names size",
+        "p1: checkpoint seq",
+        "p2: names no checkpoint but a tree that is not empty",
+        "p0 goes back from size",
+    ] {
+        assert!(out.contains(reason), "{reason}\n{out}\n{err}");
+    }
+    let (ok, out, err) = env.run(&["verify", "--nats-url", &url, "--partition", "0"]);
+    assert!(ok, "p0 alone still verifies\n{out}\n{err}");
+
     // An entry of another partition's tenant appended to p2 (copied from the first partition after
     // p0 that has entries) is a finding: the partition rule says where every tenant's events are.
     let (from, _) = partitions
@@ -210,30 +254,6 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     let (ok, out, err) = env.run(&["verify", "--nats-url", &url, "--partition", "2"]);
     assert!(!ok, "verify passed a misplaced entry\n{out}");
     assert!(out.contains("misplaced: an entry of tenant"), "{out}\n{err}");
-
-    // A directory entry naming a size its checkpoint did not sign is a finding too.
-    crate::init::runtime().block_on(async {
-        use toolledger_wire::directory::{self, DirectoryEntry};
-        let js = jetstream::new(nats.client().await);
-        let last = toolledger_ledger::last_sequence(&js, directory::STREAM)
-            .await
-            .unwrap();
-        let bytes = toolledger_ledger::message(&js, directory::STREAM, last)
-            .await
-            .unwrap();
-        let mut entry = DirectoryEntry::parse(&bytes).unwrap();
-        entry.partitions[0].size += 1;
-        js.publish(directory::SUBJECT, entry.to_bytes().unwrap().into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-    });
-    let (ok, out, err) = env.run(&["verify", "--nats-url", &url, "--partition", "0"]);
-    assert!(ok, "p0 alone still verifies\n{out}\n{err}");
-    let (ok, out, err) = env.run(&["verify", "--nats-url", &url]);
-    assert!(!ok, "verify passed a forged directory entry\n{out}");
-    assert!(out.contains("the directory entry does not hold"), "{out}\n{err}");
 
     // A configuration with another count is refused before anything is written.
     let one = Env::new(1);

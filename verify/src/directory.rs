@@ -9,10 +9,13 @@
 //!                   ─▶ sizes never shrink from one entry to the next
 //! ```
 //!
-//! The partitions' own passes check each partition checkpoint against its ledger, so a directory
-//! entry that passes here commits, through those checkpoints, to every partition's entries.
+//! The partitions' own passes check each partition checkpoint they read against its ledger, so a
+//! directory entry that passes here commits, through those checkpoints, to every partition's
+//! entries; references to checkpoints signed after those passes started are counted
+//! ([`DirectoryCheck::beyond_passes`]) and held against the ledger by the next run.
 
 use base64::Engine as _;
+use toolledger_ledger::{OrderedReader, ReadSpec};
 use toolledger_merkle::{Checkpoint, Verifiers};
 use toolledger_wire::directory::{self, CheckpointRef, DirectoryEntry};
 use toolledger_wire::partition::{Partition, Partitions};
@@ -20,53 +23,89 @@ use toolledger_wire::partition::{Partition, Partitions};
 use crate::Result;
 use crate::verify::Finding;
 
-/// Every finding about the directory's entries: `ledger_origin` is the ledger's own (p0's) origin,
-/// `checkpoint_stream` where the partitions' checkpoints are.
+/// What [`check_directory`] found.
+#[derive(Debug, Default)]
+pub struct DirectoryCheck {
+    /// Everything wrong with the entries.
+    pub findings: Vec<Finding>,
+    /// References to a partition checkpoint larger than the one that partition's own pass checked
+    /// against its ledger (signed after the pass read its checkpoints): signed, but not yet held
+    /// against the ledger by this run.
+    pub beyond_passes: u64,
+}
+
+/// Checks every directory entry: `ledger_origin` is the ledger's own (p0's) origin,
+/// `checkpoint_stream` where the partitions' checkpoints are, `checked_sizes` the size of the newest
+/// checkpoint each partition's pass matched against its ledger (p0 first).
 pub async fn check_directory(
     js: &async_nats::jetstream::Context,
     checkpoint_stream: &str,
     partitions: Partitions,
     ledger_origin: &str,
     verifiers: &Verifiers,
-) -> Result<Vec<Finding>> {
-    let mut findings = Vec::new();
+    checked_sizes: &[u64],
+) -> Result<DirectoryCheck> {
+    let mut check = DirectoryCheck::default();
+    let last = toolledger_ledger::last_sequence(js, directory::STREAM).await?;
+    if last == 0 {
+        return Ok(check);
+    }
+    let spec = ReadSpec::range(1, last).allow_gaps();
+    let mut reader = OrderedReader::open(js, directory::STREAM, spec).await?;
+    // The last clean entry, which the next must not go back from; its references are checked
+    // already, so an unchanged one is not fetched again.
     let mut previous: Option<DirectoryEntry> = None;
-    for (seq, bytes) in toolledger_ledger::read_all(js, directory::STREAM).await? {
+    while let Some(message) = reader.next().await? {
+        let seq = message.seq;
         let problem = |reason: String| Finding::DirectoryEntry { seq, reason };
-        let entry = match DirectoryEntry::parse(&bytes) {
+        let entry = match DirectoryEntry::parse(&message.payload) {
             Ok(entry) => entry,
             Err(error) => {
-                findings.push(problem(format!("not a directory entry: {error}")));
+                check
+                    .findings
+                    .push(problem(format!("not a directory entry: {error}")));
                 continue;
             }
         };
         if let Some(reason) = entry.shape_problem(partitions, ledger_origin) {
-            findings.push(problem(reason));
+            check.findings.push(problem(reason));
             continue;
         }
+        let mut clean = true;
         for (index, reference) in entry.partitions.iter().enumerate() {
             let partition = Partition::new(reference.partition);
-            let shrank = previous
+            let before = previous
                 .as_ref()
-                .and_then(|previous| previous.partitions.get(index))
-                .filter(|before| {
-                    reference.size < before.size || reference.checkpoint_seq < before.checkpoint_seq
-                });
-            if let Some(before) = shrank {
-                findings.push(problem(format!(
+                .and_then(|previous| previous.partitions.get(index));
+            if let Some(before) = before.filter(|before| {
+                reference.size < before.size || reference.checkpoint_seq < before.checkpoint_seq
+            }) {
+                clean = false;
+                check.findings.push(problem(format!(
                     "{partition} goes back from size {} (checkpoint seq {}) to size {} (checkpoint seq {})",
                     before.size, before.checkpoint_seq, reference.size, reference.checkpoint_seq
                 )));
             }
+            if before == Some(reference) {
+                continue;
+            }
             if let Some(reason) =
                 reference_problem(js, checkpoint_stream, partition, reference, verifiers).await?
             {
-                findings.push(problem(format!("{partition}: {reason}")));
+                clean = false;
+                check.findings.push(problem(format!("{partition}: {reason}")));
+            } else if checked_sizes
+                .get(index)
+                .is_some_and(|checked| reference.size > *checked)
+            {
+                check.beyond_passes += 1;
             }
         }
-        previous = Some(entry);
+        if clean {
+            previous = Some(entry);
+        }
     }
-    Ok(findings)
+    Ok(check)
 }
 
 /// What is wrong with one reference, if anything.

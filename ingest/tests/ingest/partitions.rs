@@ -278,6 +278,7 @@ async fn assert_the_directory_names_every_partitions_last_checkpoint(
     assert!(!entries.is_empty(), "the directory holds no entry");
     let (_, last) = entries.last().unwrap();
     let last = DirectoryEntry::parse(last).unwrap();
+    assert_eq!(last.partitions.len(), usize::from(partitions.count()));
     for (partition, reference) in partitions.all().zip(&last.partitions) {
         let message = last_stored_message(js, CHECKPOINTS, &partition.checkpoint_subject())
             .await
@@ -287,6 +288,9 @@ async fn assert_the_directory_names_every_partitions_last_checkpoint(
         let checkpoint = Checkpoint::open(&note, &verifiers).unwrap();
         assert_eq!(reference.checkpoint_seq, message.seq, "{partition}");
         assert_eq!(reference.size, checkpoint.size, "{partition}");
+        use base64::Engine as _;
+        let root = base64::engine::general_purpose::STANDARD.encode(checkpoint.root);
+        assert_eq!(reference.root, root, "{partition}");
         assert_eq!(reference.partition, partition.index());
     }
     let message = last_stored_message(js, CHECKPOINTS, directory::CHECKPOINT_SUBJECT)

@@ -8,7 +8,7 @@
 //!
 //! entry (RFC 8785 JSON, its leaf hash in the directory's tree):
 //!   {"partitions":[{"checkpoint_seq":7,"origin":"<origin>","partition":0,"root":"<base64>","size":120}, …],
-//!    "recorded_at":"2026-11-27T09:00:00Z"}
+//!    "recorded_at":"2026-11-27T09:00:00.000Z"}
 //! ```
 //!
 //! Each reference names the partition's checkpoint by its sequence in ATL_CHECKPOINTS, with the size
