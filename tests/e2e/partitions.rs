@@ -167,6 +167,35 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
         report["directory"]["trusted_checkpoints"].as_u64().unwrap() >= 1,
         "{out}"
     );
+    // Proofs in a tenant's partition and in the directory check offline with the verifier key.
+    let verifiers = toolledger_merkle::Verifiers::parse(
+        &std::fs::read_to_string(env.data.path().join("keys/checkpoint.pub")).unwrap(),
+    )
+    .unwrap();
+    let tenant = partitions
+        .all()
+        .zip(&entries)
+        .filter(|(partition, entries)| partition.index() > 0 && **entries > 0)
+        .find_map(|(partition, _)| {
+            tenants
+                .split(',')
+                .find(|tenant| partitions.of(tenant) == partition)
+        })
+        .expect("a tenant outside p0");
+    let home = format!("/{}", partitions.of(tenant));
+    for (what, args, origin) in [
+        (tenant, &["--tenant", tenant][..], home.as_str()),
+        ("the directory", &["--directory"][..], "/directory"),
+    ] {
+        let mut command = vec!["prove", "--nats-url", &url, "--seq", "1"];
+        command.extend_from_slice(args);
+        let (ok, out, err) = env.run(&command);
+        assert!(ok, "prove in {what} failed\n{out}\n{err}");
+        let proof: toolledger_verify::InclusionOutput = serde_json::from_str(&out).unwrap();
+        proof.check(&verifiers).unwrap();
+        let signed_origin = proof.checkpoint.lines().next().unwrap_or_default();
+        assert!(signed_origin.ends_with(origin), "{what}: {signed_origin}");
+    }
     let (ok, out, err) = env.run(&["verify", "--nats-url", &url, "--partition", "2", "--json"]);
     assert!(ok, "verify --partition 2 failed\n{out}\n{err}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -4,16 +4,19 @@
 //! ```text
 //! --seq N [--checkpoint-size S]   ─▶ toolledger_verify::prove_inclusion   ─▶ JSON
 //! --from-size A --to-size B       ─▶ toolledger_verify::prove_consistency ─▶ JSON
+//! of: the ledger (p0) │ --partition K │ --tenant T (its partition) │ --directory (docs/scaling.md)
 //! ```
 
 use std::path::PathBuf;
 
 use toolledger_core::config::Config;
 use toolledger_verify::{ProveSource, prove_consistency, prove_inclusion};
-use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
+use toolledger_wire::directory;
+use toolledger_wire::partition::{Partition, Partitions};
+use toolledger_wire::streams::CHECKPOINTS;
 
 use super::init::{connect, nats_url};
-use super::verify::{load_verifiers, tile_store};
+use super::verify::{load_verifiers, tile_store, tiles_at};
 
 /// Flags of `toolledger prove`.
 #[derive(clap::Args)]
@@ -31,9 +34,19 @@ pub struct Args {
     /// A signed checkpoint's size.
     #[arg(long, value_name = "B", requires = "from_size")]
     pub to_size: Option<u64>,
-    /// The ledger stream.
-    #[arg(long, value_name = "NAME", default_value = LEDGER)]
-    pub stream: String,
+    /// The ledger stream (a copy, say), as p0 or as the partition --partition names.
+    #[arg(long, value_name = "NAME")]
+    pub stream: Option<String>,
+    /// A partition of a partitioned ledger (0 is `ATL_LEDGER`): its stream, origin and tiles.
+    #[arg(long, value_name = "K", conflicts_with_all = ["tenant", "directory"])]
+    pub partition: Option<u16>,
+    /// The partition this tenant's events are in, by the ledger's partition rule.
+    #[arg(long, value_name = "TENANT", conflicts_with = "directory")]
+    pub tenant: Option<String>,
+    /// The directory over a partitioned ledger's partitions: an entry of it (--seq) in its signed
+    /// tree, or two of its sizes.
+    #[arg(long, conflicts_with = "stream")]
+    pub directory: bool,
     /// The stream of signed checkpoints.
     #[arg(long, value_name = "NAME", default_value = CHECKPOINTS)]
     pub checkpoints: String,
@@ -51,14 +64,45 @@ pub struct Args {
 /// Produces the proof and prints it.
 pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let verifiers = load_verifiers(&config, args.key.as_deref())?;
-    let tiles = tile_store(&config, args.tiles.as_deref(), false)?;
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    let base_tiles = args.tiles.clone().unwrap_or_else(|| config.tiles_location());
+    let explicit = args.tiles.is_some();
+    // The log proved in: its stream, its checkpoints' origin, its tiles.
+    let (stream, origin, tiles) = if args.directory {
+        anyhow::ensure!(
+            partitions.count() > 1,
+            "--directory: a ledger of one partition has no directory (ledger.partitions)"
+        );
+        (
+            directory::STREAM.to_owned(),
+            directory::origin(&config.ledger.origin),
+            tiles_at(&directory::tiles(&base_tiles), explicit)?,
+        )
+    } else {
+        let partition = match (&args.tenant, args.partition) {
+            (Some(tenant), _) => partitions.of(tenant),
+            (None, named) => super::chosen_partitions(&config, named.as_slice())?
+                .first()
+                .copied()
+                .unwrap_or(Partition::ZERO),
+        };
+        let tiles = match partition {
+            Partition::ZERO => tile_store(&config, args.tiles.as_deref(), false)?,
+            _ => tiles_at(&partition.tiles(&base_tiles), explicit)?,
+        };
+        (
+            args.stream.clone().unwrap_or_else(|| partition.stream()),
+            partition.origin(&config.ledger.origin),
+            tiles,
+        )
+    };
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-prove").await?);
     let source = ProveSource {
-        ledger_stream: args.stream,
+        ledger_stream: stream,
         checkpoint_stream: args.checkpoints,
         verifiers,
-        origin: Some(config.ledger.origin.clone()),
+        origin: Some(origin),
         tiles,
         trusted: Default::default(),
     };

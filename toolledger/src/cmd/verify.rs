@@ -146,7 +146,7 @@ pub fn tile_store(config: &Config, flag: Option<&str>, none: bool) -> anyhow::Re
 
 /// The tile store at `location`; one that was not asked for by name (`explicit`) and is a missing
 /// directory is `None`, with a warning.
-fn tiles_at(location: &str, explicit: bool) -> anyhow::Result<Option<TileStore>> {
+pub(crate) fn tiles_at(location: &str, explicit: bool) -> anyhow::Result<Option<TileStore>> {
     if !explicit && !location.contains("://") && !std::path::Path::new(location).is_dir() {
         tracing::warn!(%location, "no tiles there; checking the ledger and checkpoints only");
         return Ok(None);
