@@ -214,6 +214,44 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
         &url,
     );
 
+    // A bundle of a session of that tenant comes from its partition's projection and log, and
+    // verifies offline; its checkpoint names the partition's origin.
+    let home = partitions.of(tenant);
+    let session: String = {
+        let generation = Generations::of(env.data.path(), home).current().unwrap().unwrap();
+        Store::open_readonly(&generation.database())
+            .unwrap()
+            .connection()
+            .query_row(
+                "SELECT session_id FROM events WHERE tenant = ?1 AND session_id IS NOT NULL LIMIT 1",
+                [tenant],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+    let bundle = env.data.path().join("session.bundle");
+    let (ok, out, err) = env.run(&[
+        "bundle",
+        "--nats-url",
+        &url,
+        "--tenant",
+        tenant,
+        "--session",
+        &session,
+        "--out",
+        bundle.to_str().unwrap(),
+    ]);
+    assert!(ok, "bundle failed\n{out}\n{err}");
+    assert!(out.contains(&format!("/{home}")), "the partition's origin\n{out}");
+    let key = env.data.path().join("keys/checkpoint.pub");
+    let (ok, out, err) = env.run(&[
+        "verify-bundle",
+        bundle.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(ok, "verify-bundle failed\n{out}\n{err}");
+
     // Directory entries that do not hold, each a finding: a size its checkpoint did not sign, a
     // checkpoint of another partition, no checkpoint but a tree, and a partition going back.
     crate::init::runtime().block_on(async {

@@ -153,7 +153,6 @@ fn main() -> ExitCode {
         Command::Erase(_) => Some("erase"),
         Command::Backup(_) => Some("backup"),
         Command::Restore(_) => Some("restore"),
-        Command::Bundle(_) => Some("bundle"),
         Command::Replay(_) => Some("replay"),
         Command::Doctor(_) => Some("doctor"),
         Command::Query(_) => Some("sql"),
@@ -170,7 +169,8 @@ fn main() -> ExitCode {
             "toolledger {command}: ledger.partitions = {}: this command reads one ledger partition \
              until the readers follow every partition (docs/scaling.md); `toolledger ingest` writes \
              a partitioned ledger, `toolledger project` and `rebuild` project every partition, \
-             `toolledger verify` checks every partition and `toolledger prove` proves in any",
+             `toolledger verify` checks every partition, `toolledger prove` proves in any and \
+             `toolledger bundle` bundles from a tenant's",
             config.ledger.partitions
         );
         return ExitCode::FAILURE;

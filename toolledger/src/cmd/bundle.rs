@@ -16,10 +16,11 @@ use toolledger_core::config::Config;
 use toolledger_projector::{Generations, Store};
 use toolledger_verify::ProveSource;
 use toolledger_verify::bundle::{BundleRequest, Selection, build_bundle};
-use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
+use toolledger_wire::partition::Partition;
+use toolledger_wire::streams::CHECKPOINTS;
 
 use super::init::{connect, nats_url};
-use super::verify::{load_verifiers, tile_store};
+use super::verify::load_verifiers;
 
 /// Flags of `toolledger bundle`.
 #[derive(clap::Args)]
@@ -50,9 +51,13 @@ pub struct Args {
     /// Where to write the bundle.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
-    /// The ledger stream.
-    #[arg(long, value_name = "NAME", default_value = LEDGER)]
-    pub stream: String,
+    /// The ledger stream (a copy, say), as p0 or as the partition --partition names.
+    #[arg(long, value_name = "NAME")]
+    pub stream: Option<String>,
+    /// The partition of a partitioned ledger the --seq entries are in (0 is `ATL_LEDGER`); with
+    /// --tenant, the tenant's partition (by the ledger's partition rule) is taken.
+    #[arg(long, value_name = "K")]
+    pub partition: Option<u16>,
     /// The stream of signed checkpoints.
     #[arg(long, value_name = "NAME", default_value = CHECKPOINTS)]
     pub checkpoints: String,
@@ -71,14 +76,16 @@ pub struct Args {
     pub witnesses: super::verify::WitnessPolicyArgs,
 }
 
-/// The seqs of an invocation's or session's events in the current projection, and its position.
+/// The seqs of an invocation's or session's events in the current projection of `partition`, and
+/// its position.
 fn projected_seqs(
     data_dir: &Path,
+    partition: Partition,
     column: &'static str,
     tenant: &str,
     id: &str,
 ) -> anyhow::Result<(Vec<u64>, u64)> {
-    let generation = Generations::new(data_dir).current()?.with_context(|| {
+    let generation = Generations::of(data_dir, partition).current()?.with_context(|| {
         format!(
             "no projection under {}: run `toolledger project` or `toolledger rebuild` first",
             data_dir.display()
@@ -104,13 +111,16 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         (None, None, _) if !args.seq.is_empty() => (Selection::entries(), ("", "entries")),
         _ => anyhow::bail!("pass one of --invocation ID or --session ID (with --tenant T), or --seq N"),
     };
+    // A tenant's entries are in its partition: its projection, its log.
+    let partition = super::prove::partition_of(&config, selection.tenant.as_deref(), args.partition)?;
     let seqs = match (&selection.tenant, &selection.id) {
         (Some(tenant), Some(id)) => {
             let (data_dir, column, tenant, id) =
                 (config.data_dir.clone(), what.0, tenant.clone(), id.clone());
-            let (seqs, position) =
-                tokio::task::spawn_blocking(move || projected_seqs(&data_dir, column, &tenant, &id))
-                    .await??;
+            let (seqs, position) = tokio::task::spawn_blocking(move || {
+                projected_seqs(&data_dir, partition, column, &tenant, &id)
+            })
+            .await??;
             anyhow::ensure!(
                 !seqs.is_empty(),
                 "the projection (at ledger seq {position}) has no events of {} {:?} of tenant {:?}",
@@ -136,14 +146,14 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         None
     };
     let verifiers = load_verifiers(&config, args.key.as_deref())?;
-    let tiles = tile_store(&config, args.tiles.as_deref(), false)?;
+    let (stream, origin, tiles) = super::prove::partition_log(&config, partition, args.tiles.as_deref())?;
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-bundle").await?);
     let source = ProveSource {
-        ledger_stream: args.stream,
+        ledger_stream: args.stream.clone().unwrap_or(stream),
         checkpoint_stream: args.checkpoints,
         verifiers,
-        origin: Some(config.ledger.origin.clone()),
+        origin: Some(origin),
         tiles,
         trusted: Default::default(),
     };

@@ -61,6 +61,48 @@ pub struct Args {
     pub nats_url: Option<String>,
 }
 
+/// The partition a command works in: the tenant's (by the partition rule), else the one named
+/// (`--partition K`, below the ledger's count), else p0.
+pub(crate) fn partition_of(
+    config: &Config,
+    tenant: Option<&str>,
+    named: Option<u16>,
+) -> anyhow::Result<Partition> {
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    let chosen = match named {
+        Some(index) => super::chosen_partitions(config, &[index])?[0],
+        None => Partition::ZERO,
+    };
+    match tenant {
+        Some(tenant) => {
+            let home = partitions.of(tenant);
+            anyhow::ensure!(
+                named.is_none() || chosen == home,
+                "tenant {tenant:?} lives in partition {home}, not {chosen}"
+            );
+            Ok(home)
+        }
+        None => Ok(chosen),
+    }
+}
+
+/// A partition's log: its stream, its checkpoints' origin and its tiles (`--tiles` for p0, or the
+/// base the partitions' tiles are under; else the configured ones).
+pub(crate) fn partition_log(
+    config: &Config,
+    partition: Partition,
+    tiles_flag: Option<&str>,
+) -> anyhow::Result<(String, String, Option<toolledger_merkle::TileStore>)> {
+    let tiles = match partition {
+        Partition::ZERO => tile_store(config, tiles_flag, false)?,
+        _ => {
+            let base = tiles_flag.map_or_else(|| config.tiles_location(), str::to_owned);
+            tiles_at(&partition.tiles(&base), tiles_flag.is_some())?
+        }
+    };
+    Ok((partition.stream(), partition.origin(&config.ledger.origin), tiles))
+}
+
 /// Produces the proof and prints it.
 pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let verifiers = load_verifiers(&config, args.key.as_deref())?;
@@ -79,22 +121,9 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             tiles_at(&directory::tiles(&base_tiles), explicit)?,
         )
     } else {
-        let partition = match (&args.tenant, args.partition) {
-            (Some(tenant), _) => partitions.of(tenant),
-            (None, named) => super::chosen_partitions(&config, named.as_slice())?
-                .first()
-                .copied()
-                .unwrap_or(Partition::ZERO),
-        };
-        let tiles = match partition {
-            Partition::ZERO => tile_store(&config, args.tiles.as_deref(), false)?,
-            _ => tiles_at(&partition.tiles(&base_tiles), explicit)?,
-        };
-        (
-            args.stream.clone().unwrap_or_else(|| partition.stream()),
-            partition.origin(&config.ledger.origin),
-            tiles,
-        )
+        let partition = partition_of(&config, args.tenant.as_deref(), args.partition)?;
+        let (stream, origin, tiles) = partition_log(&config, partition, args.tiles.as_deref())?;
+        (args.stream.clone().unwrap_or(stream), origin, tiles)
     };
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-prove").await?);
