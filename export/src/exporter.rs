@@ -18,6 +18,11 @@
 //!
 //! A kill -9 anywhere leaves at most one range whose files are partly written; its manifest exists,
 //! so the next start rewrites exactly the same objects and every sequence ends up in exactly one file.
+//!
+//! A partitioned ledger (`docs/scaling.md`) has one exporter per partition, all into the same
+//! archive: partition K's manifests are `<table>/_manifest_p<K>/`, its tracker snapshots
+//! `_tracker_p<K>/`, its checkpoints only those on its subject; its data files go to its tenants'
+//! folders (`tenant=<t>/…`, no other partition's), so the tables read as one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +33,7 @@ use bytes::Bytes;
 use rayon::prelude::*;
 use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
 use toolledger_merkle::Checkpoint;
+use toolledger_wire::partition::{Partition as LedgerPartition, Partitions};
 use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
 
 use crate::manifest::{self, Manifest, ManifestFile, part_name};
@@ -78,6 +84,16 @@ pub struct Options {
     pub ledger_stream: String,
     /// The checkpoint stream.
     pub checkpoint_stream: String,
+    /// The ledger partition exported, of how many: its stream is `ledger_stream`, its manifests
+    /// and trackers are its own, and with more than one its checkpoints are only those on its
+    /// subject.
+    pub partition: LedgerPartition,
+    /// How many partitions the ledger has.
+    pub partitions: Partitions,
+    /// Remove the staging files a killed put left behind before starting. Off when several
+    /// exporters share the archive in one process (their caller removes them once, first: one
+    /// exporter's clean-up must not take another's put in flight).
+    pub clean_staging: bool,
     /// Called after every batch and range.
     pub progress: Option<ProgressFn>,
 }
@@ -93,7 +109,21 @@ impl Options {
             until_caught_up: false,
             ledger_stream: LEDGER.to_owned(),
             checkpoint_stream: CHECKPOINTS.to_owned(),
+            partition: LedgerPartition::ZERO,
+            partitions: Partitions::default(),
+            clean_staging: true,
             progress: None,
+        }
+    }
+
+    /// These options for `partition` of `partitions`: its ledger stream, manifests and trackers.
+    #[must_use]
+    pub fn for_partition(self, partition: LedgerPartition, partitions: Partitions) -> Self {
+        Self {
+            ledger_stream: partition.stream(),
+            partition,
+            partitions,
+            ..self
         }
     }
 }
@@ -261,6 +291,7 @@ async fn write_segment(options: &Options, tracker: &mut Tracker, mut segment: Se
     }
     let row_group_rows = options.row_group_rows;
     let stream = options.ledger_stream.clone();
+    let partition = options.partition;
     let encoded = tokio::task::spawn_blocking(move || -> Result<Vec<(Manifest, Vec<EncodedFile>)>> {
         let (first, last) = (segment.first, segment.last);
         let mut out = vec![
@@ -303,6 +334,7 @@ async fn write_segment(options: &Options, tracker: &mut Tracker, mut segment: Se
         ];
         for (manifest, _) in &mut out {
             manifest.stream = stream.clone();
+            manifest.partition = (partition != LedgerPartition::ZERO).then(|| partition.index());
         }
         Ok(out)
     })
@@ -330,9 +362,17 @@ async fn write_segment(options: &Options, tracker: &mut Tracker, mut segment: Se
     Ok((files, bytes))
 }
 
-/// The tracker snapshot after ledger seq `seq`.
-fn tracker_path(seq: u64) -> String {
-    format!("_tracker/{seq:020}.json")
+/// The folder of a partition's tracker snapshots: `_tracker`, `_tracker_p<K>`.
+fn tracker_folder(partition: LedgerPartition) -> String {
+    match partition.index() {
+        0 => "_tracker".to_owned(),
+        k => format!("_tracker_p{k}"),
+    }
+}
+
+/// The tracker snapshot after ledger seq `seq` of `partition`.
+fn tracker_path(partition: LedgerPartition, seq: u64) -> String {
+    format!("{}/{seq:020}.json", tracker_folder(partition))
 }
 
 /// Tracker snapshots kept: a restart redoes the newest range from the newest snapshot before it,
@@ -343,7 +383,7 @@ const TRACKERS_KEPT: usize = 2;
 async fn stored_trackers(options: &Options) -> Result<Vec<u64>> {
     let mut stored: Vec<u64> = options
         .archive
-        .list("_tracker")
+        .list(&tracker_folder(options.partition))
         .await?
         .iter()
         .filter_map(|p| p.rsplit('/').next()?.strip_suffix(".json")?.parse().ok())
@@ -365,11 +405,14 @@ async fn save_tracker(options: &Options, tracker: Tracker, seq: u64) -> Result<T
     })?;
     options
         .archive
-        .put_cache(&tracker_path(seq), Bytes::from(bytes))
+        .put_cache(&tracker_path(options.partition, seq), Bytes::from(bytes))
         .await?;
     let stored = stored_trackers(options).await?;
     for old in &stored[..stored.len().saturating_sub(TRACKERS_KEPT)] {
-        options.archive.delete_cache(&tracker_path(*old)).await?;
+        options
+            .archive
+            .delete_cache(&tracker_path(options.partition, *old))
+            .await?;
     }
     Ok(tracker)
 }
@@ -379,7 +422,7 @@ async fn load_tracker(options: &Options, seq: u64) -> Result<(Tracker, u64)> {
     let mut stored = stored_trackers(options).await?;
     stored.retain(|s| *s <= seq);
     while let Some(at) = stored.pop() {
-        if let Some(bytes) = options.archive.get(&tracker_path(at)).await?
+        if let Some(bytes) = options.archive.get(&tracker_path(options.partition, at)).await?
             && let Some(tracker) = Tracker::restore(&bytes)
         {
             return Ok((tracker, at));
@@ -405,7 +448,13 @@ async fn export_checkpoints(
     only: Option<u64>,
 ) -> Result<(u64, u64, u64)> {
     let stream = &options.checkpoint_stream;
-    let mut reader = match OrderedReader::open(js, stream, ReadSpec::to_tail(position + 1)).await {
+    // A partition of several: only its own checkpoints (the others' and the directory's share the
+    // stream, and their sizes count other trees).
+    let mut spec = ReadSpec::to_tail(position + 1);
+    if options.partitions.count() > 1 {
+        spec = spec.subjects(options.partition.checkpoint_subject());
+    }
+    let mut reader = match OrderedReader::open(js, stream, spec).await {
         Ok(reader) => reader,
         Err(error) => {
             tracing::warn!(%error, stream = %stream, "checkpoint stream not readable; checkpoints not exported");
@@ -464,7 +513,8 @@ async fn export_checkpoints(
             path: name.clone(),
             rows: count,
         }],
-    );
+    )
+    .of_partition(options.partition);
     options
         .archive
         .put_create(&manifest.path(), Bytes::from(manifest.to_bytes()?))
@@ -503,7 +553,7 @@ pub async fn run(
     };
 
     // Recovery: the newest range is redone exactly as its manifest names it.
-    if let Some(newest) = manifest::newest(&options.archive, Table::Events).await? {
+    if let Some(newest) = manifest::newest(&options.archive, Table::Events, options.partition).await? {
         tracing::info!(
             first = newest.first_seq,
             last = newest.last_seq,
@@ -521,7 +571,7 @@ pub async fn run(
         summary.files += files;
         summary.bytes += bytes;
     }
-    if let Some(newest) = manifest::newest(&options.archive, Table::Checkpoints).await? {
+    if let Some(newest) = manifest::newest(&options.archive, Table::Checkpoints, options.partition).await? {
         export_checkpoints(
             &js,
             &options,
@@ -532,9 +582,11 @@ pub async fn run(
         .await?;
         summary.checkpoint_position = newest.last_seq;
     }
-    let removed = options.archive.remove_interrupted_puts().await?;
-    if removed > 0 {
-        tracing::info!(removed, "removed the staging files of interrupted puts");
+    if options.clean_staging {
+        let removed = options.archive.remove_interrupted_puts().await?;
+        if removed > 0 {
+            tracing::info!(removed, "removed the staging files of interrupted puts");
+        }
     }
     report(&summary, summary.position);
 

@@ -1,9 +1,12 @@
-//! Per-table manifests: `<table>/_manifest/<first>-<last>.json` (20-digit, zero-padded sequences)
+//! Per-table manifests: `<table>/_manifest/<first>-<last>.json` (20-digit, zero-padded sequences;
+//! `<table>/_manifest_p<K>/…` for partition K ≥ 1 of a partitioned ledger, whose sequences are its own)
 //! names a file boundary and the files it covers, and is written before any of those files. The
 //! exporter's position is recovered from manifests alone: the newest one is redone on start (the
 //! same rows, the same bytes), and export continues after its last sequence.
 
 use serde::{Deserialize, Serialize};
+
+use toolledger_wire::partition::Partition;
 
 use crate::store::Archive;
 use crate::tables::{SCHEMA_VERSION, Table};
@@ -36,6 +39,10 @@ pub struct Manifest {
     pub rows: u64,
     /// The files, in path order; none when the range has no rows for this table.
     pub files: Vec<ManifestFile>,
+    /// The ledger partition whose sequences these are, for K ≥ 1 (absent for p0, so a single
+    /// ledger's manifests keep their bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u16>,
 }
 
 impl Manifest {
@@ -49,14 +56,26 @@ impl Manifest {
             last_seq: last,
             rows: files.iter().map(|f| f.rows).sum(),
             files,
+            partition: None,
+        }
+    }
+
+    /// This manifest as one of `partition`'s.
+    #[must_use]
+    pub fn of_partition(self, partition: Partition) -> Self {
+        Self {
+            partition: (partition != Partition::ZERO).then(|| partition.index()),
+            ..self
         }
     }
 
     /// Its object path relative to the archive root.
     pub fn path(&self) -> String {
+        let partition = Partition::new(self.partition.unwrap_or(0));
         format!(
-            "{}/_manifest/{}",
+            "{}/{}/{}",
             self.table,
+            manifest_folder(partition),
             range_name(self.first_seq, self.last_seq, "json")
         )
     }
@@ -67,6 +86,14 @@ impl Manifest {
             path: self.path(),
             reason: e.to_string(),
         })
+    }
+}
+
+/// The folder of a partition's manifests in each table: `_manifest`, `_manifest_p<K>`.
+pub fn manifest_folder(partition: Partition) -> String {
+    match partition.index() {
+        0 => "_manifest".to_owned(),
+        k => format!("_manifest_p{k}"),
     }
 }
 
@@ -89,10 +116,10 @@ pub fn parse_range(path: &str) -> Option<(u64, u64)> {
     Some((first.parse().ok()?, last.parse().ok()?))
 }
 
-/// Every manifest of `table`, in sequence order.
-pub async fn list(archive: &Archive, table: Table) -> Result<Vec<(u64, u64, String)>> {
+/// Every manifest of `table` of `partition`, in sequence order.
+pub async fn list(archive: &Archive, table: Table, partition: Partition) -> Result<Vec<(u64, u64, String)>> {
     let mut out: Vec<(u64, u64, String)> = archive
-        .list(&format!("{}/_manifest", table.name()))
+        .list(&format!("{}/{}", table.name(), manifest_folder(partition)))
         .await?
         .into_iter()
         .filter(|p| p.ends_with(".json"))
@@ -102,9 +129,9 @@ pub async fn list(archive: &Archive, table: Table) -> Result<Vec<(u64, u64, Stri
     Ok(out)
 }
 
-/// The newest manifest of `table`, read and checked against its name.
-pub async fn newest(archive: &Archive, table: Table) -> Result<Option<Manifest>> {
-    let Some((first, last, path)) = list(archive, table).await?.pop() else {
+/// The newest manifest of `table` of `partition`, read and checked against its name.
+pub async fn newest(archive: &Archive, table: Table, partition: Partition) -> Result<Option<Manifest>> {
+    let Some((first, last, path)) = list(archive, table, partition).await?.pop() else {
         return Ok(None);
     };
     let bytes = archive.get(&path).await?.ok_or_else(|| Error::Manifest {

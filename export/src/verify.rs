@@ -20,6 +20,8 @@ use serde::Serialize;
 use toolledger_merkle::{Checkpoint, CompactRange, Verifiers};
 use toolledger_wire::entry::hex;
 
+use toolledger_wire::partition::{Partition as LedgerPartition, Partitions};
+
 use crate::manifest::parse_range;
 use crate::store::Archive;
 use crate::tables::Table;
@@ -237,12 +239,41 @@ fn checkpoint_rows(bytes: Bytes) -> std::result::Result<Vec<(u64, String)>, Stri
     Ok(out)
 }
 
-/// Verifies the archive with the trusted keys (and the log's origin, when given).
+/// Verifies the archive with the trusted keys (and the log's origin, when given). For a partitioned
+/// ledger, `partition` (of how many) picks one partition's log out of the shared archive: the
+/// events of its tenants' folders and the checkpoints not of another partition's origin.
 pub async fn verify_archive(
     archive: &Archive,
     verifiers: &Verifiers,
     origin: Option<&str>,
+    partition: Option<(Partitions, LedgerPartition)>,
 ) -> Result<ArchiveReport> {
+    let partition = partition.filter(|(partitions, _)| partitions.count() > 1);
+    // Another partition's log, by a checkpoint's origin or an event file's tenant folder.
+    let others: Vec<String> = match (partition, origin) {
+        (Some((partitions, ours)), Some(origin)) => partitions
+            .all()
+            .filter(|p| *p != ours)
+            .map(|p| p.origin(origin))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let own_origin = partition
+        .zip(origin)
+        .map(|((_, ours), origin)| ours.origin(origin));
+    let origin = own_origin.as_deref().or(origin);
+    let not_ours = |note: &str| {
+        others
+            .iter()
+            .any(|other| note.lines().next() == Some(other.as_str()))
+    };
+    let other_tenant = |path: &str| {
+        partition.is_some_and(|(partitions, ours)| {
+            path.split('/')
+                .find_map(|segment| segment.strip_prefix("tenant="))
+                .is_some_and(|tenant| partitions.of(tenant) != ours)
+        })
+    };
     let mut findings = Vec::new();
     let mut files = 0u64;
 
@@ -259,7 +290,7 @@ pub async fn verify_archive(
             .map_err(|e| Error::Worker {
                 reason: e.to_string(),
             })? {
-            Ok(rows) => notes.extend(rows),
+            Ok(rows) => notes.extend(rows.into_iter().filter(|(_, note)| !not_ours(note))),
             Err(reason) => findings.push(Finding::FileUnreadable { path, reason }),
         }
     }
@@ -284,7 +315,9 @@ pub async fn verify_archive(
     // Events: ranges in order, rows by seq.
     let mut ranges: BTreeMap<(u64, u64), Vec<String>> = BTreeMap::new();
     for path in archive.list(Table::Events.name()).await? {
-        if let (true, Some(range)) = (path.ends_with(".parquet"), parse_range(&path)) {
+        if let (true, Some(range)) = (path.ends_with(".parquet"), parse_range(&path))
+            && !other_tenant(&path)
+        {
             ranges.entry(range).or_default().push(path);
         }
     }

@@ -587,6 +587,32 @@ async fn r3_ledger_of_four_partitions_loses_nothing_while_one_of_two_ingest_proc
             &projector_url,
         );
     });
+
+    // Every partition exported into one archive as the shipped exporter identity, which verifies
+    // partition by partition.
+    let exporter_url = url_as(&cluster, "exporter");
+    let archive = data.path().join("parquet");
+    for args in [
+        &[
+            "export",
+            "--nats-url",
+            &exporter_url,
+            "--prefix",
+            archive.to_str().unwrap(),
+            "--until-caught-up",
+        ][..],
+        &["verify", "--parquet", archive.to_str().unwrap()][..],
+    ] {
+        let mut child = service_with(args, data.path(), &four);
+        let status = tokio::task::block_in_place(|| child.wait_timeout(Duration::from_secs(120)))
+            .expect("the tool finishes");
+        assert!(
+            status.success(),
+            "{args:?}\n{}\n{}",
+            child.stdout(),
+            child.stderr()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -214,6 +214,43 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
         &url,
     );
 
+    // One archive for every partition: each partition's manifests its own, its tenants' files in
+    // their folders; verify --parquet checks each partition's log out of it.
+    let archive = env.data.path().join("parquet");
+    let (ok, out, err) = env.run(&[
+        "export",
+        "--nats-url",
+        &url,
+        "--prefix",
+        archive.to_str().unwrap(),
+        "--until-caught-up",
+    ]);
+    assert!(ok, "export failed\n{out}\n{err}");
+    for partition in partitions.all() {
+        assert!(
+            out.contains(&format!("{} exported through seq", partition.stream())),
+            "{out}"
+        );
+    }
+    assert!(archive.join("events/_manifest").is_dir());
+    for (partition, entries) in partitions.all().zip(&entries).skip(1) {
+        let manifests = archive.join(format!("events/_manifest_p{}", partition.index()));
+        assert_eq!(manifests.is_dir(), *entries > 0, "{partition}");
+    }
+    let (ok, out, err) = env.run(&["verify", "--parquet", archive.to_str().unwrap(), "--json"]);
+    assert!(ok, "verify --parquet failed\n{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let exported: Vec<u64> = report["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["report"]["entries"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        exported, entries,
+        "every partition's entries, each in its own log"
+    );
+
     // A bundle of a session of that tenant comes from its partition's projection and log, and
     // verifies offline; its checkpoint names the partition's origin.
     let home = partitions.of(tenant);
@@ -339,7 +376,6 @@ fn up_and_the_other_readers_refuse_more_than_one_partition_until_they_follow_the
     for command in [
         &["erase", "--tenant", "acme", "--all", "--reason", "gdpr"][..],
         &["serve"],
-        &["export"],
     ] {
         let (ok, _, err) = env.run(command);
         assert!(

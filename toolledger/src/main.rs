@@ -148,7 +148,6 @@ fn main() -> ExitCode {
     // The readers of a single ledger stream; the partitions after p0 are not theirs yet.
     let one_stream = match &cli.command {
         Command::Up(_) => Some("up"),
-        Command::Export(_) => Some("export"),
         Command::Serve(_) => Some("serve"),
         Command::Erase(_) => Some("erase"),
         Command::Backup(_) => Some("backup"),
@@ -169,8 +168,8 @@ fn main() -> ExitCode {
             "toolledger {command}: ledger.partitions = {}: this command reads one ledger partition \
              until the readers follow every partition (docs/scaling.md); `toolledger ingest` writes \
              a partitioned ledger, `toolledger project` and `rebuild` project every partition, \
-             `toolledger verify` checks every partition, `toolledger prove` proves in any and \
-             `toolledger bundle` bundles from a tenant's",
+             `toolledger verify` checks every partition, `toolledger prove` proves in any, \
+             `toolledger bundle` bundles from a tenant's and `toolledger export` exports every partition",
             config.ledger.partitions
         );
         return ExitCode::FAILURE;

@@ -46,7 +46,7 @@ async fn suite(nats: &NatsFixture, archive: Archive, local_copy: Option<&Path>) 
     assert_eq!(trackers.len(), 2, "{trackers:?}");
     println!("exported {summary:?}");
 
-    let report = verify_archive(&archive, &ledger.verifiers(), Some(crate::common::ORIGIN))
+    let report = verify_archive(&archive, &ledger.verifiers(), Some(crate::common::ORIGIN), None)
         .await
         .unwrap();
     assert!(report.findings.is_empty(), "{:?}", report.findings);

@@ -68,7 +68,9 @@ async fn verify_passes_a_good_archive_and_names_the_bad_position() {
     let archive = Archive::open(root.to_str().unwrap(), &[]).unwrap();
     export(&nats, options(&archive, 90)).await.unwrap();
     let verifiers = ledger.verifiers();
-    let good = verify_archive(&archive, &verifiers, Some(ORIGIN)).await.unwrap();
+    let good = verify_archive(&archive, &verifiers, Some(ORIGIN), None)
+        .await
+        .unwrap();
     assert!(good.findings.is_empty(), "{:?}", good.findings);
     let last = ledger.entries.last().unwrap().seq;
     assert_eq!(good.signed_size, last);
@@ -82,7 +84,9 @@ async fn verify_passes_a_good_archive_and_names_the_bad_position() {
         .unwrap();
     let (altered, seq) = alter_entry(bytes.clone(), 1);
     archive.overwrite_for_tests(path, altered.into()).await.unwrap();
-    let bad = verify_archive(&archive, &verifiers, Some(ORIGIN)).await.unwrap();
+    let bad = verify_archive(&archive, &verifiers, Some(ORIGIN), None)
+        .await
+        .unwrap();
     let first = bad.first_bad().unwrap();
     assert!(
         matches!(first, Finding::EntryAltered { seq: s, .. } if *s == seq),
@@ -125,7 +129,9 @@ async fn verify_passes_a_good_archive_and_names_the_bad_position() {
             .value(0)
     };
     std::fs::rename(root.join(gone), dir.path().join("aside.parquet")).unwrap();
-    let bad = verify_archive(&archive, &verifiers, Some(ORIGIN)).await.unwrap();
+    let bad = verify_archive(&archive, &verifiers, Some(ORIGIN), None)
+        .await
+        .unwrap();
     let first = bad.first_bad().unwrap();
     assert!(
         matches!(first, Finding::SequenceGap { expected_seq, .. } if *expected_seq == missing_first),
@@ -138,13 +144,17 @@ async fn verify_passes_a_good_archive_and_names_the_bad_position() {
         root.join(gone)
             .with_file_name(format!("part-{:020}-{:020}.parquet", last + 1, last + 1));
     std::fs::copy(root.join(gone), &copy_target).unwrap();
-    let bad = verify_archive(&archive, &verifiers, Some(ORIGIN)).await.unwrap();
+    let bad = verify_archive(&archive, &verifiers, Some(ORIGIN), None)
+        .await
+        .unwrap();
     assert!(
         matches!(bad.first_bad().unwrap(), Finding::Duplicate { seq, .. } if *seq == missing_first),
         "{:?}",
         bad.findings
     );
     std::fs::remove_file(copy_target).unwrap();
-    let good = verify_archive(&archive, &verifiers, Some(ORIGIN)).await.unwrap();
+    let good = verify_archive(&archive, &verifiers, Some(ORIGIN), None)
+        .await
+        .unwrap();
     assert!(good.findings.is_empty(), "{:?}", good.findings);
 }
