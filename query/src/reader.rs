@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::Connection;
 use toolledger_projector::{Generations, Store};
+use toolledger_wire::partition::Partition;
 
 use crate::error::{Error, Result};
 
@@ -24,11 +25,16 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// A reader of the projections under `data_dir`.
+    /// A reader of the projections under `data_dir` (a single ledger's, or partition p0's).
     pub fn new(data_dir: impl Into<PathBuf>) -> Arc<Self> {
+        Self::of(data_dir, Partition::ZERO)
+    }
+
+    /// A reader of `partition`'s projections under `data_dir` (`docs/projections.md`).
+    pub fn of(data_dir: impl Into<PathBuf>, partition: Partition) -> Arc<Self> {
         let data_dir = data_dir.into();
         Arc::new(Self {
-            generations: Generations::new(&data_dir),
+            generations: Generations::of(&data_dir, partition),
             pool: Mutex::new(Vec::new()),
         })
     }

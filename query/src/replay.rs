@@ -19,7 +19,6 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 use serde_json::Value;
 use toolledger_wire::LedgerEntry;
-use toolledger_wire::streams::LEDGER;
 
 use crate::error::{Error, Result};
 
@@ -117,40 +116,46 @@ impl Pace {
     }
 }
 
-/// Releases the planned entries at their paced offsets, reading each from the ledger when it is due.
+/// Releases the planned entries at their paced offsets, reading each from the ledger stream
+/// `stream` (the session's tenant's partition's, `ATL_LEDGER` for a single ledger) when it is due.
 pub fn replay(
     js: jetstream::Context,
+    stream: String,
     planned: Vec<PlannedEvent>,
     pace: Pace,
 ) -> impl Stream<Item = Result<ReplayedEvent>> {
     let start = tokio::time::Instant::now();
     futures::stream::unfold(
         (js, planned.into_iter(), None::<jetstream::stream::Stream>),
-        move |(js, mut planned, mut ledger)| async move {
-            let next = planned.next()?;
-            tokio::time::sleep_until(start + pace.delay(next.offset_ns)).await;
-            let item = read_entry(&js, &mut ledger, next.seq)
-                .await
-                .map(|(leaf_hash, event)| ReplayedEvent {
-                    seq: next.seq,
-                    leaf_hash,
-                    offset_ms: start.elapsed().as_secs_f64() * 1e3,
-                    event,
-                });
-            Some((item, (js, planned, ledger)))
+        move |(js, mut planned, mut ledger)| {
+            let stream = stream.clone();
+            async move {
+                let next = planned.next()?;
+                tokio::time::sleep_until(start + pace.delay(next.offset_ns)).await;
+                let item = read_entry(&js, &stream, &mut ledger, next.seq)
+                    .await
+                    .map(|(leaf_hash, event)| ReplayedEvent {
+                        seq: next.seq,
+                        leaf_hash,
+                        offset_ms: start.elapsed().as_secs_f64() * 1e3,
+                        event,
+                    });
+                Some((item, (js, planned, ledger)))
+            }
         },
     )
 }
 
 async fn read_entry(
     js: &jetstream::Context,
+    stream: &str,
     ledger: &mut Option<jetstream::stream::Stream>,
     seq: u64,
 ) -> Result<(String, Value)> {
     let unreadable = |reason: String| Error::Ledger { seq, reason };
     if ledger.is_none() {
         *ledger = Some(
-            js.get_stream(LEDGER)
+            js.get_stream(stream)
                 .await
                 .map_err(|e| unreadable(e.to_string()))?,
         );

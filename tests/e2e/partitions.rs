@@ -289,6 +289,37 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     ]);
     assert!(ok, "verify-bundle failed\n{out}\n{err}");
 
+    // The CLI's readers of the projections find a tenant in its partition's; without a tenant
+    // they say what to add.
+    let (ok, out, err) = env.run(&["session", &session, "--tenant", tenant, "--json"]);
+    assert!(ok, "session failed\n{out}\n{err}");
+    assert!(out.contains(&session), "{out}");
+    let (ok, out, err) = env.run(&["search", "--tenant", tenant, "--json"]);
+    assert!(ok && out.contains(tenant), "search failed\n{out}\n{err}");
+    let (ok, _, err) = env.run(&["search", "--json"]);
+    assert!(!ok && err.contains("name the tenant with --tenant"), "{err}");
+    let (ok, out, err) = env.run(&[
+        "query",
+        "--tenant",
+        tenant,
+        "--json",
+        "SELECT count(*) AS n FROM events",
+    ]);
+    assert!(ok, "query failed\n{out}\n{err}");
+    let (ok, out, err) = env.run(&[
+        "replay",
+        "--tenant",
+        tenant,
+        "--session",
+        &session,
+        "--speed",
+        "0",
+        "--nats-url",
+        &url,
+    ]);
+    assert!(ok, "replay failed\n{out}\n{err}");
+    assert!(!out.trim().is_empty(), "replay printed nothing\n{err}");
+
     // Directory entries that do not hold, each a finding: a size its checkpoint did not sign, a
     // checkpoint of another partition, no checkpoint but a tree, and a partition going back.
     crate::init::runtime().block_on(async {

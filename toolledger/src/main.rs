@@ -152,13 +152,7 @@ fn main() -> ExitCode {
         Command::Erase(_) => Some("erase"),
         Command::Backup(_) => Some("backup"),
         Command::Restore(_) => Some("restore"),
-        Command::Replay(_) => Some("replay"),
         Command::Doctor(_) => Some("doctor"),
-        Command::Query(_) => Some("sql"),
-        Command::Show(_) => Some("show"),
-        Command::Session(_) => Some("session"),
-        Command::Search(_) => Some("search"),
-        Command::Stats(_) => Some("stats"),
         _ => None,
     };
     if let Some(command) = one_stream
@@ -169,7 +163,8 @@ fn main() -> ExitCode {
              until the readers follow every partition (docs/scaling.md); `toolledger ingest` writes \
              a partitioned ledger, `toolledger project` and `rebuild` project every partition, \
              `toolledger verify` checks every partition, `toolledger prove` proves in any, \
-             `toolledger bundle` bundles from a tenant's and `toolledger export` exports every partition",
+             `toolledger bundle` bundles from a tenant's, `toolledger export` exports every partition, and \
+             show, session, search, stats, query and replay read a tenant's partition",
             config.ledger.partitions
         );
         return ExitCode::FAILURE;

@@ -17,6 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::json;
+use toolledger_wire::streams::LEDGER;
 
 use super::evidence::owner_tenant;
 use super::{Query, Shared, finish, path_id};
@@ -113,18 +114,21 @@ pub(super) async fn replay(
         state
             .record(&principal, "GET /v1/sessions/{session_id}/replay", None, rows)
             .await?;
-        let body = crate::replay::replay(ledger, planned, pace).scan(false, move |failed, item| {
-            let chunk = match (*failed, item) {
-                (true, _) => None,
-                (false, Ok(replayed)) => Some(framing.event(&replayed)),
-                (false, Err(error)) => {
-                    tracing::warn!(%error, "replay stopped");
-                    *failed = true;
-                    Some(framing.error(&error))
-                }
-            };
-            futures::future::ready(chunk.map(Ok::<_, Infallible>))
-        });
+        let body = crate::replay::replay(ledger, LEDGER.to_owned(), planned, pace).scan(
+            false,
+            move |failed, item| {
+                let chunk = match (*failed, item) {
+                    (true, _) => None,
+                    (false, Ok(replayed)) => Some(framing.event(&replayed)),
+                    (false, Err(error)) => {
+                        tracing::warn!(%error, "replay stopped");
+                        *failed = true;
+                        Some(framing.error(&error))
+                    }
+                };
+                futures::future::ready(chunk.map(Ok::<_, Infallible>))
+            },
+        );
         let mut response = (StatusCode::OK, Body::from_stream(body)).into_response();
         let headers = response.headers_mut();
         headers.insert(

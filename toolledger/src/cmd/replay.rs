@@ -15,6 +15,7 @@ use futures::StreamExt;
 use toolledger_core::config::Config;
 use toolledger_query::Reader;
 use toolledger_query::replay::{self, Pace};
+use toolledger_wire::partition::Partitions;
 
 use super::init::{connect, nats_url};
 
@@ -50,7 +51,11 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     } else {
         None
     };
-    let reader = Reader::new(config.data_dir.clone());
+    // The session's tenant's partition: its projection plans, its stream holds the entries.
+    let partition = Partitions::new(config.ledger.partitions)
+        .map_err(anyhow::Error::msg)?
+        .of(tenant.as_str());
+    let reader = Reader::of(config.data_dir.clone(), partition);
     let (tenant_name, session) = (tenant.to_string(), args.session.clone());
     let planned = reader
         .read(move |conn| replay::plan(conn, &tenant_name, &session))
@@ -59,7 +64,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let client = connect(&url, "toolledger-replay").await?;
     let js = async_nats::jetstream::new(client.clone());
     let total = planned.len();
-    let mut events = std::pin::pin!(replay::replay(js, planned, pace));
+    let mut events = std::pin::pin!(replay::replay(js, partition.stream(), planned, pace));
     while let Some(event) = events.next().await {
         let event = event?;
         {

@@ -77,7 +77,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         limit: toolledger_query::params::limit(args.limit).map_err(exit_for)?,
         cursor: args.cursor,
     };
-    let page = reader(&config)
+    let page = reader(&config, filter.tenant.as_deref())?
         .read(move |conn| toolledger_query::search(conn, &filter))
         .await
         .map_err(exit_for)?;

@@ -37,7 +37,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         toolledger_query::params::tenant(tenant).map_err(exit_for)?;
     }
     let limit = toolledger_query::params::limit(args.limit).map_err(exit_for)?;
-    let reader = reader(&config);
+    let reader = reader(&config, args.tenant.as_deref())?;
     match args.session_id {
         Some(session_id) => {
             let tenant = args.tenant.clone();

@@ -12,6 +12,7 @@ use serde_json::Value;
 use toolledger_core::config::Config;
 use toolledger_query::reconstruct::Reconstruction;
 use toolledger_query::{Error, Reader};
+use toolledger_wire::partition::Partitions;
 
 /// An outcome of a query command that maps to a meaningful exit code.
 #[derive(Debug)]
@@ -53,9 +54,22 @@ pub fn nothing_matched(what: &str) -> anyhow::Error {
     .into()
 }
 
-/// The reader over `<data_dir>/projections`.
-pub fn reader(config: &Config) -> Arc<Reader> {
-    Reader::new(config.data_dir.clone())
+/// The reader of the projection `tenant`'s rows are in: `<data_dir>/projections`, or in a
+/// partitioned ledger its partition's (`projections-p<K>`), which needs the tenant.
+pub fn reader(config: &Config, tenant: Option<&str>) -> anyhow::Result<Arc<Reader>> {
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    match (partitions.count(), tenant) {
+        (1, _) => Ok(Reader::new(config.data_dir.clone())),
+        (_, Some(tenant)) => Ok(Reader::of(config.data_dir.clone(), partitions.of(tenant))),
+        (count, None) => Err(QueryExit {
+            code: 2,
+            message: format!(
+                "ledger.partitions = {count}: each partition has its own projection; name the tenant \
+                 with --tenant (docs/scaling.md)"
+            ),
+        }
+        .into()),
+    }
 }
 
 /// Prints rows under headers, columns padded to their widest cell.
@@ -126,7 +140,7 @@ pub async fn reconstruct(
     if let Some(tenant) = &tenant {
         toolledger_query::params::tenant(tenant).map_err(exit_for)?;
     }
-    let mut reconstruction = reader(config)
+    let mut reconstruction = reader(config, tenant.as_deref())?
         .read(move |conn| toolledger_query::reconstruct(conn, tenant.as_deref(), &invocation_id))
         .await
         .map_err(exit_for)?;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use toolledger_core::config::Config;
 use toolledger_projector::{Generations, SqlLimits, SqlResult, SqlScope, run_sql};
+use toolledger_wire::partition::{Partition, Partitions};
 
 /// Flags of `toolledger query`.
 #[derive(clap::Args)]
@@ -27,6 +28,10 @@ pub struct Args {
     /// Read every table of every tenant (an operator on the projection's machine).
     #[arg(long)]
     pub admin: bool,
+    /// With --admin on a partitioned ledger: the partition whose projection is read (each has its
+    /// own; a tenant's is found by its name).
+    #[arg(long, value_name = "K", requires = "admin")]
+    pub partition: Option<u16>,
     /// Rows printed at most; more are cut and said so.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub max_rows: usize,
@@ -43,7 +48,18 @@ pub struct Args {
 
 /// Runs the statement against the current projection generation and prints the rows.
 pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
-    let generation = Generations::new(&config.data_dir)
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    let partition = match (&args.tenant, args.partition) {
+        (Some(tenant), _) => partitions.of(tenant),
+        (None, Some(_)) => super::prove::partition_of(&config, None, args.partition)?,
+        (None, None) if partitions.count() == 1 => Partition::ZERO,
+        (None, None) => anyhow::bail!(
+            "ledger.partitions = {}: each partition has its own projection; add --partition K to \
+             --admin (docs/scaling.md)",
+            partitions.count()
+        ),
+    };
+    let generation = Generations::of(&config.data_dir, partition)
         .current()?
         .context("no projection yet: run `toolledger project` or `toolledger up`")?;
     let scope = match &args.tenant {

@@ -43,7 +43,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         bucket,
         bucket_ns,
     };
-    let stats = reader(&config)
+    let stats = reader(&config, filter.tenant.as_deref())?
         .read(move |conn| toolledger_query::stats(conn, &filter))
         .await
         .map_err(exit_for)?;
