@@ -37,7 +37,7 @@ use toolledger_wire::partition::{Partition as LedgerPartition, Partitions};
 use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
 
 use crate::manifest::{self, Manifest, ManifestFile, part_name};
-use crate::rows::{DecisionRow, EventRow, InvocationRow, Partition, ResultRow, Tracker};
+use crate::rows::{DecisionRow, EventRow, InvocationRow, Partition, ResultRow, Tracker, UNDECODABLE_TENANT};
 use crate::store::Archive;
 use crate::tables::{self, CheckpointRow, Table};
 use crate::{Error, Result};
@@ -288,6 +288,26 @@ async fn write_segment(options: &Options, tracker: &mut Tracker, mut segment: Se
     segment.invocations = tracker.take_rows();
     if segment.first == 0 {
         return Ok((0, 0));
+    }
+    // Entries whose tenant cannot be read have no tenant's folder to keep them apart: a partition
+    // after p0 files them under a folder of its own, so no two partitions' ranges meet in one.
+    if options.partition != LedgerPartition::ZERO {
+        let folder = format!("{UNDECODABLE_TENANT}_{}", options.partition);
+        let relabel = |partition: &mut Partition| {
+            if partition.tenant == UNDECODABLE_TENANT {
+                partition.tenant.clone_from(&folder);
+            }
+        };
+        segment.events.iter_mut().for_each(|r| relabel(&mut r.partition));
+        segment
+            .invocations
+            .iter_mut()
+            .for_each(|r| relabel(&mut r.partition));
+        segment
+            .decisions
+            .iter_mut()
+            .for_each(|r| relabel(&mut r.partition));
+        segment.results.iter_mut().for_each(|r| relabel(&mut r.partition));
     }
     let row_group_rows = options.row_group_rows;
     let stream = options.ledger_stream.clone();

@@ -240,8 +240,8 @@ fn checkpoint_rows(bytes: Bytes) -> std::result::Result<Vec<(u64, String)>, Stri
 }
 
 /// Verifies the archive with the trusted keys (and the log's origin, when given). For a partitioned
-/// ledger, `partition` (of how many) picks one partition's log out of the shared archive: the
-/// events of its tenants' folders and the checkpoints not of another partition's origin.
+/// ledger, `partition` (of how many; the origin is then needed) picks one partition's log out of
+/// the shared archive: the event files its own manifests name and the checkpoints of its origin.
 pub async fn verify_archive(
     archive: &Archive,
     verifiers: &Verifiers,
@@ -249,30 +249,52 @@ pub async fn verify_archive(
     partition: Option<(Partitions, LedgerPartition)>,
 ) -> Result<ArchiveReport> {
     let partition = partition.filter(|(partitions, _)| partitions.count() > 1);
-    // Another partition's log, by a checkpoint's origin or an event file's tenant folder.
-    let others: Vec<String> = match (partition, origin) {
-        (Some((partitions, ours)), Some(origin)) => partitions
-            .all()
-            .filter(|p| *p != ours)
-            .map(|p| p.origin(origin))
-            .collect(),
-        _ => Vec::new(),
-    };
     let own_origin = partition
         .zip(origin)
         .map(|((_, ours), origin)| ours.origin(origin));
-    let origin = own_origin.as_deref().or(origin);
-    let not_ours = |note: &str| {
-        others
-            .iter()
-            .any(|other| note.lines().next() == Some(other.as_str()))
+    if partition.is_some() && own_origin.is_none() {
+        return Err(Error::ArchiveConfig {
+            url: archive.url().to_owned(),
+            reason: "a partition's log is told apart by its origin: pass the ledger's".to_owned(),
+        });
+    }
+    // A note is this log's when it names this log's origin; one naming none of the ledger's logs
+    // (unreadable, forged) is p0's to report, so it is reported once.
+    let origins: Vec<String> = match (partition, origin) {
+        (Some((partitions, _)), Some(origin)) => partitions.all().map(|p| p.origin(origin)).collect(),
+        _ => Vec::new(),
     };
-    let other_tenant = |path: &str| {
-        partition.is_some_and(|(partitions, ours)| {
-            path.split('/')
-                .find_map(|segment| segment.strip_prefix("tenant="))
-                .is_some_and(|tenant| partitions.of(tenant) != ours)
-        })
+    let ours = |note: &str| match partition {
+        None => true,
+        Some((_, this)) => {
+            let named = note.lines().next().unwrap_or_default();
+            Some(named) == own_origin.as_deref()
+                || (this == LedgerPartition::ZERO && !origins.iter().any(|o| o == named))
+        }
+    };
+    let origin = own_origin.as_deref().or(origin);
+    // A partition's event files are those its own manifests name (its tenants' folders, and its
+    // folder of entries without a readable tenant).
+    let own_files: Option<std::collections::BTreeSet<String>> = match partition {
+        None => None,
+        Some((_, this)) => {
+            let mut named = std::collections::BTreeSet::new();
+            for (_, _, path) in crate::manifest::list(archive, Table::Events, this).await? {
+                let bytes = fetch(archive, &path).await?;
+                let manifest: crate::manifest::Manifest =
+                    serde_json::from_slice(&bytes).map_err(|e| Error::Manifest {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+                named.extend(
+                    manifest
+                        .files
+                        .into_iter()
+                        .map(|file| format!("{}/{}", Table::Events.name(), file.path)),
+                );
+            }
+            Some(named)
+        }
     };
     let mut findings = Vec::new();
     let mut files = 0u64;
@@ -290,7 +312,7 @@ pub async fn verify_archive(
             .map_err(|e| Error::Worker {
                 reason: e.to_string(),
             })? {
-            Ok(rows) => notes.extend(rows.into_iter().filter(|(_, note)| !not_ours(note))),
+            Ok(rows) => notes.extend(rows.into_iter().filter(|(_, note)| ours(note))),
             Err(reason) => findings.push(Finding::FileUnreadable { path, reason }),
         }
     }
@@ -316,7 +338,7 @@ pub async fn verify_archive(
     let mut ranges: BTreeMap<(u64, u64), Vec<String>> = BTreeMap::new();
     for path in archive.list(Table::Events.name()).await? {
         if let (true, Some(range)) = (path.ends_with(".parquet"), parse_range(&path))
-            && !other_tenant(&path)
+            && own_files.as_ref().is_none_or(|own| own.contains(&path))
         {
             ranges.entry(range).or_default().push(path);
         }

@@ -250,6 +250,27 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
         exported, entries,
         "every partition's entries, each in its own log"
     );
+    for (partition, entries) in report["partitions"].as_array().unwrap().iter().zip(&entries) {
+        let report = &partition["report"];
+        assert_eq!(
+            report["signed_size"].as_u64().unwrap() > 0,
+            *entries > 0,
+            "each partition's own checkpoints match its tree: {report}"
+        );
+        assert_eq!(report["findings"].as_array().unwrap().len(), 0, "{report}");
+    }
+    // A second run recovers each partition from its own newest manifests and writes nothing new.
+    let (ok, out, err) = env.run(&[
+        "export",
+        "--nats-url",
+        &url,
+        "--prefix",
+        archive.to_str().unwrap(),
+        "--until-caught-up",
+    ]);
+    assert!(ok, "export again failed\n{out}\n{err}");
+    let (ok, out, err) = env.run(&["verify", "--parquet", archive.to_str().unwrap()]);
+    assert!(ok, "verify --parquet after a second export failed\n{out}\n{err}");
 
     // A bundle of a session of that tenant comes from its partition's projection and log, and
     // verifies offline; its checkpoint names the partition's origin.

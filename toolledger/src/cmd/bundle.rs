@@ -88,7 +88,7 @@ fn projected_seqs(
     let generation = Generations::of(data_dir, partition).current()?.with_context(|| {
         format!(
             "no projection under {}: run `toolledger project` or `toolledger rebuild` first",
-            data_dir.display()
+            Generations::of(data_dir, partition).root().display()
         )
     })?;
     let store = Store::open_readonly(&generation.database())?;
@@ -112,7 +112,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         _ => anyhow::bail!("pass one of --invocation ID or --session ID (with --tenant T), or --seq N"),
     };
     // A tenant's entries are in its partition: its projection, its log.
-    let partition = super::prove::partition_of(&config, selection.tenant.as_deref(), args.partition)?;
+    let partition = super::prove::partition_of(&config, args.tenant.as_deref(), args.partition)?;
     let seqs = match (&selection.tenant, &selection.id) {
         (Some(tenant), Some(id)) => {
             let (data_dir, column, tenant, id) =
@@ -149,6 +149,8 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let (stream, origin, tiles) = super::prove::partition_log(&config, partition, args.tiles.as_deref())?;
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-bundle").await?);
+    // Routing by the rule needs the ledger's own count, not a lower one.
+    super::verify::check_count(&js, &args.checkpoints, &config).await?;
     let source = ProveSource {
         ledger_stream: args.stream.clone().unwrap_or(stream),
         checkpoint_stream: args.checkpoints,
@@ -162,7 +164,16 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         seqs,
         since_checkpoint,
         blobs,
-        witness_policy: args.witnesses.policy(Some(&config))?,
+        // Witnesses cosign p0 only for now (docs/scaling.md): a configured policy is p0's; one asked
+        // for on the command line for another partition cannot be met, and is refused.
+        witness_policy: match (args.witnesses.policy(Some(&config))?, partition) {
+            (policy, Partition::ZERO) => policy,
+            (_, _) if !args.witnesses.witnesses.is_empty() => anyhow::bail!(
+                "--witness: only partition p0 is witnessed yet; {partition}'s checkpoints carry no \
+                 cosignatures (docs/scaling.md)"
+            ),
+            (_, _) => None,
+        },
     };
     let built = build_bundle(&js, &source, &request).await?;
 

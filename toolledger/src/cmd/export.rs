@@ -53,6 +53,13 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let client = connect(&url, "toolledger-export").await?;
+    // Every partition is exported only when the count is the ledger's own.
+    super::verify::check_count(
+        &async_nats::jetstream::new(client.clone()),
+        toolledger_wire::streams::CHECKPOINTS,
+        &config,
+    )
+    .await?;
     let prefix = args.prefix.clone().unwrap_or_else(|| config.export_prefix());
     let archive = Archive::open(&prefix, &[])?;
     let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;

@@ -127,6 +127,8 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     };
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-prove").await?);
+    // Routing by the rule needs the ledger's own count, not a lower one.
+    super::verify::check_count(&js, &args.checkpoints, &config).await?;
     let source = ProveSource {
         ledger_stream: stream,
         checkpoint_stream: args.checkpoints,

@@ -425,7 +425,7 @@ fn targets(config: &Config, args: &Args) -> anyhow::Result<Vec<Target>> {
 
 /// Refuses a `ledger.partitions` below the ledger's own count: checkpoints signed for a partition
 /// at or past it (`atl.checkpoints.<K>`) mean partitions this run would not look at.
-async fn check_count(
+pub(crate) async fn check_count(
     js: &async_nats::jetstream::Context,
     stream: &str,
     config: &Config,
