@@ -341,6 +341,26 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     assert!(ok, "replay failed\n{out}\n{err}");
     assert!(!out.trim().is_empty(), "replay printed nothing\n{err}");
 
+    // Backed up whole (every partition, the directory as far as it is signed) and restored into a
+    // fresh server made for three partitions, the ledger verifies there as here.
+    let backup = env.data.path().join("backup");
+    let (ok, out, err) = env.run(&["backup", "--nats-url", &url, "--out", backup.to_str().unwrap()]);
+    assert!(ok, "backup failed\n{out}\n{err}");
+    assert!(out.contains("entries of ATL_LEDGER_P2"), "{out}");
+    let fresh = NatsFixture::start();
+    let fresh_url = fresh.url();
+    let (ok, out, err) = env.run(&["init", "--nats-url", &fresh_url]);
+    assert!(ok, "init of the fresh server failed\n{out}\n{err}");
+    let (ok, out, err) = env.run(&["restore", backup.to_str().unwrap(), "--nats-url", &fresh_url]);
+    assert!(ok, "restore failed\n{out}\n{err}");
+    let (ok, out, err) = env.run(&["verify", "--nats-url", &fresh_url]);
+    assert!(ok, "verify of the restored ledger failed\n{out}\n{err}");
+    assert!(
+        out.contains("toolledger verify: directory (ATL_DIRECTORY)"),
+        "{out}"
+    );
+    drop(fresh);
+
     // Directory entries that do not hold, each a finding: a size its checkpoint did not sign, a
     // checkpoint of another partition, no checkpoint but a tree, and a partition going back.
     crate::init::runtime().block_on(async {

@@ -150,8 +150,6 @@ fn main() -> ExitCode {
         Command::Up(_) => Some("up"),
         Command::Serve(_) => Some("serve"),
         Command::Erase(_) => Some("erase"),
-        Command::Backup(_) => Some("backup"),
-        Command::Restore(_) => Some("restore"),
         Command::Doctor(_) => Some("doctor"),
         _ => None,
     };
@@ -164,7 +162,8 @@ fn main() -> ExitCode {
              a partitioned ledger, `toolledger project` and `rebuild` project every partition, \
              `toolledger verify` checks every partition, `toolledger prove` proves in any, \
              `toolledger bundle` bundles from a tenant's, `toolledger export` exports every partition, and \
-             show, session, search, stats, query and replay read a tenant's partition",
+             show, session, search, stats, query and replay read a tenant's partition, and backup and \
+             restore take every partition",
             config.ledger.partitions
         );
         return ExitCode::FAILURE;

@@ -11,6 +11,11 @@
 //!          sequences and bytes ─▶ `toolledger verify` passes with the same verifier key
 //! ```
 //!
+//! A partitioned ledger (`docs/scaling.md`) backs up every partition's stream after the checkpoints,
+//! each with its Merkle root (`partitions`), and the directory (`directory`) as far as a backed-up
+//! directory checkpoint signs it, so every directory entry in the backup names checkpoints that are
+//! in it too; its manifest is `toolledger-backup/2`.
+//!
 //! The bytes are what the tree commits to, so a restored ledger has the same leaves and root and the
 //! backed-up signed checkpoints verify against it. Keys are not in the backup: the checkpoint signing
 //! key and the scrubber's HMAC key live in the data directory and are backed up with it.
@@ -27,8 +32,11 @@ use toolledger_merkle::CompactRange;
 use crate::{Error, Result, hex};
 use toolledger_ledger::{OrderedReader, ReadSpec};
 
-/// The manifest's format name.
+/// The manifest's format name (a single ledger's).
 pub const BACKUP_FORMAT: &str = "toolledger-backup/1";
+/// The manifest's format name for a partitioned ledger: `partitions` and `directory` too (a
+/// restorer that knows only /1 would leave them out, so it must refuse these).
+pub const BACKUP_FORMAT_PARTITIONED: &str = "toolledger-backup/2";
 
 /// One backed-up stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +64,32 @@ pub struct Manifest {
     pub checkpoints: StreamBackup,
     /// Hex Merkle root over every backed-up ledger entry.
     pub ledger_root: String,
+    /// The partitions after p0 (p0 is `ledger`), each with its root.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<PartitionBackup>,
+    /// The directory, as far as a backed-up directory checkpoint signs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory: Option<StreamBackup>,
+}
+
+/// One further partition's stream in a backup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionBackup {
+    /// Its stream's backup.
+    #[serde(flatten)]
+    pub stream: StreamBackup,
+    /// Hex Merkle root over its entries.
+    pub root: String,
+}
+
+/// What to back up besides the ledger stream and the checkpoints: a partitioned ledger's further
+/// partitions' streams and its directory.
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    /// The ledger streams of the partitions after p0.
+    pub partitions: Vec<String>,
+    /// The directory's stream, when the ledger has one.
+    pub directory: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -71,10 +105,12 @@ fn io_error(path: &Path, error: impl std::fmt::Display) -> Error {
     }
 }
 
-/// Writes `stream` to `dir/<stream>.jsonl`; returns its record and, for the ledger, the root.
+/// Writes `stream` to `dir/<stream>.jsonl` (through `until` when given); returns its record and its
+/// Merkle root.
 async fn backup_stream(
     js: &jetstream::Context,
     stream: &str,
+    until: Option<u64>,
     dir: &Path,
     progress: &mut (dyn FnMut(&str, u64, u64) + Send),
 ) -> Result<(StreamBackup, String)> {
@@ -84,7 +120,29 @@ async fn backup_stream(
     let mut hash = Sha256::new();
     let mut range = CompactRange::new();
     // A gap fails the read itself: a stream with a hole cannot be backed up faithfully.
-    let mut reader = OrderedReader::open(js, stream, ReadSpec::to_tail(1)).await?;
+    let spec = match until {
+        Some(0) => None,
+        Some(last) => Some(ReadSpec::range(1, last)),
+        None => Some(ReadSpec::to_tail(1)),
+    };
+    let mut reader = match spec {
+        Some(spec) => Some(OrderedReader::open(js, stream, spec).await?),
+        None => None,
+    };
+    let Some(reader) = reader.as_mut() else {
+        // Nothing to back up: an empty file.
+        out.flush().map_err(|e| io_error(&path, e))?;
+        out.get_ref().sync_all().map_err(|e| io_error(&path, e))?;
+        return Ok((
+            StreamBackup {
+                stream: stream.to_owned(),
+                file,
+                messages: 0,
+                sha256: hex(&Sha256::digest(b"")),
+            },
+            hex(&range.root()),
+        ));
+    };
     let total = reader.last().unwrap_or(0);
     let mut expected = 1;
     while let Some(message) = reader.next().await? {
@@ -117,12 +175,13 @@ async fn backup_stream(
     ))
 }
 
-/// Backs up `ledger` and `checkpoints` into `dir` (created; must not hold a backup already).
-/// `progress(stream, done, total)` is called every 1024 messages.
+/// Backs up `ledger` and `checkpoints` (and `extra`'s streams) into `dir` (created; must not hold a
+/// backup already). `progress(stream, done, total)` is called every 1024 messages.
 pub async fn backup(
     js: &jetstream::Context,
     ledger: &str,
     checkpoints: &str,
+    extra: &Extra,
     dir: &Path,
     progress: &mut (dyn FnMut(&str, u64, u64) + Send),
 ) -> Result<Manifest> {
@@ -134,14 +193,36 @@ pub async fn backup(
         });
     }
     // Checkpoints first: every checkpoint then covers a ledger prefix that the ledger backup holds.
-    let (checkpoints, _) = backup_stream(js, checkpoints, dir, progress).await?;
-    let (ledger, ledger_root) = backup_stream(js, ledger, dir, progress).await?;
+    let (checkpoints_backup, _) = backup_stream(js, checkpoints, None, dir, progress).await?;
+    let (ledger, ledger_root) = backup_stream(js, ledger, None, dir, progress).await?;
+    let mut partitions = Vec::new();
+    for stream in &extra.partitions {
+        let (stream, root) = backup_stream(js, stream, None, dir, progress).await?;
+        partitions.push(PartitionBackup { stream, root });
+    }
+    let directory = match &extra.directory {
+        Some(stream) => {
+            // As far as the newest directory checkpoint in the backup signs it: a later entry could
+            // name partition checkpoints the backup does not hold.
+            let signed = signed_directory_size(js, checkpoints, checkpoints_backup.messages).await?;
+            Some(backup_stream(js, stream, Some(signed), dir, progress).await?.0)
+        }
+        None => None,
+    };
+    let partitioned = !partitions.is_empty() || directory.is_some();
     let manifest = Manifest {
-        format: BACKUP_FORMAT.to_owned(),
+        format: if partitioned {
+            BACKUP_FORMAT_PARTITIONED
+        } else {
+            BACKUP_FORMAT
+        }
+        .to_owned(),
         created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         ledger,
-        checkpoints,
+        checkpoints: checkpoints_backup,
         ledger_root,
+        partitions,
+        directory,
     };
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| io_error(&manifest_path, e))?;
     let partial = dir.join("manifest.json.partial");
@@ -150,8 +231,31 @@ pub async fn backup(
     Ok(manifest)
 }
 
+/// The size the newest directory checkpoint among `checkpoints`' first `through` messages signs (0
+/// when there is none).
+async fn signed_directory_size(js: &jetstream::Context, checkpoints: &str, through: u64) -> Result<u64> {
+    if through == 0 {
+        return Ok(0);
+    }
+    let spec = ReadSpec::range(1, through).subjects(toolledger_wire::directory::CHECKPOINT_SUBJECT);
+    let mut reader = OrderedReader::open(js, checkpoints, spec).await?;
+    let mut size = 0;
+    while let Some(message) = reader.next().await? {
+        let note = String::from_utf8_lossy(&message.payload);
+        if let Some((body, _)) = note.split_once("\n\n")
+            && let Ok(checkpoint) = toolledger_merkle::Checkpoint::parse_body(&format!("{body}\n"))
+        {
+            size = checkpoint.size;
+        }
+    }
+    Ok(size)
+}
+
+/// One backed-up message: its sequence, subject and bytes.
+type Message = (u64, String, Vec<u8>);
+
 /// Reads and checks one backed-up stream: its SHA-256, sequences 1..=n; returns the lines.
-fn read_stream(dir: &Path, record: &StreamBackup) -> Result<Vec<(u64, String, Vec<u8>)>> {
+fn read_stream(dir: &Path, record: &StreamBackup) -> Result<Vec<Message>> {
     let path = dir.join(&record.file);
     let bytes = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
     let actual = hex(&Sha256::digest(&bytes));
@@ -205,23 +309,45 @@ pub async fn restore(
     let manifest: Manifest =
         serde_json::from_slice(&std::fs::read(&manifest_path).map_err(|e| io_error(&manifest_path, e))?)
             .map_err(|e| io_error(&manifest_path, e))?;
-    if manifest.format != BACKUP_FORMAT {
+    if manifest.format != BACKUP_FORMAT && manifest.format != BACKUP_FORMAT_PARTITIONED {
         return Err(Error::Backup {
             reason: format!("unknown backup format {}", manifest.format),
         });
     }
+    let root_of = |messages: &[Message]| {
+        let mut range = CompactRange::new();
+        for (_, _, data) in messages {
+            range.append(toolledger_merkle::leaf_hash(data));
+        }
+        hex(&range.root())
+    };
     let entries = read_stream(dir, &manifest.ledger)?;
     let notes = read_stream(dir, &manifest.checkpoints)?;
-    let mut range = CompactRange::new();
-    for (_, _, data) in &entries {
-        range.append(toolledger_merkle::leaf_hash(data));
-    }
-    if hex(&range.root()) != manifest.ledger_root {
+    if root_of(&entries) != manifest.ledger_root {
         return Err(Error::Backup {
             reason: "the ledger file's Merkle root differs from the manifest's".to_owned(),
         });
     }
-    for (stream, messages) in [(ledger, &entries), (checkpoints, &notes)] {
+    // Everything is checked before anything is published.
+    let mut streams: Vec<(String, Vec<Message>)> =
+        vec![(ledger.to_owned(), entries), (checkpoints.to_owned(), notes)];
+    for partition in &manifest.partitions {
+        let messages = read_stream(dir, &partition.stream)?;
+        if root_of(&messages) != partition.root {
+            return Err(Error::Backup {
+                reason: format!(
+                    "{}'s file's Merkle root differs from the manifest's",
+                    partition.stream.stream
+                ),
+            });
+        }
+        streams.push((partition.stream.stream.clone(), messages));
+    }
+    if let Some(directory) = &manifest.directory {
+        streams.push((directory.stream.clone(), read_stream(dir, directory)?));
+    }
+    for (stream, messages) in &streams {
+        let stream = stream.as_str();
         let last = toolledger_ledger::last_sequence(js, stream).await?;
         if last != 0 {
             return Err(Error::Backup {

@@ -2,7 +2,8 @@
 //! as plain files, and back into a fresh NATS contract byte for byte (docs/runbooks.md, "Restore").
 //!
 //! ```text
-//! backup:  ATL_CHECKPOINTS, ATL_LEDGER ─▶ DIR/<stream>.jsonl + DIR/manifest.json (written last)
+//! backup:  ATL_CHECKPOINTS, ATL_LEDGER (then ATL_LEDGER_P<K>, ATL_DIRECTORY of a partitioned
+//!          ledger) ─▶ DIR/<stream>.jsonl + DIR/manifest.json (written last)
 //! restore: DIR checked (SHA-256, sequences, Merkle root) ─▶ empty streams of `toolledger init` ─▶
 //!          published with expected last sequences ─▶ then `toolledger verify`, `toolledger rebuild`
 //! ```
@@ -11,6 +12,8 @@ use std::path::PathBuf;
 
 use toolledger_core::config::Config;
 use toolledger_verify::backup;
+use toolledger_wire::directory;
+use toolledger_wire::partition::Partitions;
 use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
 
 use super::init::{connect, nats_url};
@@ -51,7 +54,14 @@ fn progress() -> impl FnMut(&str, u64, u64) + Send {
 pub async fn run_backup(config: Config, args: BackupArgs) -> anyhow::Result<()> {
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-backup").await?);
-    let manifest = backup::backup(&js, LEDGER, CHECKPOINTS, &args.out, &mut progress()).await?;
+    super::verify::check_count(&js, CHECKPOINTS, &config).await?;
+    // A partitioned ledger: every partition's stream and the directory too (docs/scaling.md).
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    let extra = backup::Extra {
+        partitions: partitions.all().skip(1).map(|p| p.stream()).collect(),
+        directory: (partitions.count() > 1).then(|| directory::STREAM.to_owned()),
+    };
+    let manifest = backup::backup(&js, LEDGER, CHECKPOINTS, &extra, &args.out, &mut progress()).await?;
     println!(
         "toolledger backup: {} ledger entries (root {}) and {} checkpoints in {}",
         manifest.ledger.messages,
@@ -59,6 +69,18 @@ pub async fn run_backup(config: Config, args: BackupArgs) -> anyhow::Result<()> 
         manifest.checkpoints.messages,
         args.out.display()
     );
+    for partition in &manifest.partitions {
+        println!(
+            "toolledger backup: {} entries of {} (root {})",
+            partition.stream.messages, partition.stream.stream, partition.root
+        );
+    }
+    if let Some(directory) = &manifest.directory {
+        println!(
+            "toolledger backup: {} directory entries (as far as its checkpoints sign it)",
+            directory.messages
+        );
+    }
     Ok(())
 }
 
