@@ -149,7 +149,6 @@ fn main() -> ExitCode {
     let one_stream = match &cli.command {
         Command::Up(_) => Some("up"),
         Command::Serve(_) => Some("serve"),
-        Command::Erase(_) => Some("erase"),
         Command::Doctor(_) => Some("doctor"),
         _ => None,
     };
@@ -162,8 +161,8 @@ fn main() -> ExitCode {
              a partitioned ledger, `toolledger project` and `rebuild` project every partition, \
              `toolledger verify` checks every partition, `toolledger prove` proves in any, \
              `toolledger bundle` bundles from a tenant's, `toolledger export` exports every partition, and \
-             show, session, search, stats, query and replay read a tenant's partition, and backup and \
-             restore take every partition",
+             show, session, search, stats, query and replay read a tenant's partition, backup and \
+             restore take every partition, and erase finds a tenant in its",
             config.ledger.partitions
         );
         return ExitCode::FAILURE;

@@ -1,8 +1,9 @@
 //! Erasure (DESIGN §5): the fact of a call is never erased; its offloaded content can be.
 //!
 //! ```text
-//! plan     read the tenant's ledger entries (subject filter atl.ledger.<tenant>.>) and the ledger's
-//!          erasure records ─▶ the target's payload references; those a record names as erased are
+//! plan     read the tenant's ledger entries (its partition's stream, subject filter
+//!          <prefix>.<tenant>.>: atl.ledger.<tenant>.> for a single ledger) and the ledger's
+//!          erasure records (tenant `_system`, in p0) ─▶ the target's payload references; those a record names as erased are
 //!          asked of the blob store, and erased again when it still holds them ─▶ the payloads to
 //!          erase, the invocations and sessions they belong to, those inside a legal hold (min_days)
 //! execute  held and not forced? refuse ─▶ delete each blob (its nonce goes with it; deleting a
@@ -39,6 +40,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use toolledger_core::config::TenantRetention;
+use toolledger_wire::partition::{Partition, Partitions};
 use toolledger_wire::{LedgerEntry, PayloadRef, Tenant};
 
 use crate::blobs::BlobStore;
@@ -162,11 +164,11 @@ pub struct ErasureOutcome {
 /// asking `blobs` whether the blobs a record names as erased are really gone.
 pub async fn plan(
     js: &jetstream::Context,
-    ledger: &str,
+    partitions: Partitions,
     blobs: &BlobStore,
     request: &ErasureRequest,
 ) -> Result<ErasurePlan> {
-    let claimed: HashSet<String> = erasure_records(js, ledger)
+    let claimed: HashSet<String> = erasure_records(js, &Partition::ZERO.stream())
         .await?
         .into_iter()
         .filter(|record| record.tenant == request.tenant.as_str())
@@ -176,8 +178,10 @@ pub async fn plan(
     let mut seen = HashSet::new();
     // Payloads an earlier record claims erased: the store decides, once they are all known.
     let mut claimed_found = Vec::new();
-    let filter = format!("atl.ledger.{}.>", request.tenant);
-    for (seq, entry) in read_filtered(js, ledger, &filter).await? {
+    // The tenant's entries are all in its partition.
+    let partition = partitions.of(request.tenant.as_str());
+    let filter = format!("{}.{}.>", partition.subject_prefix(), request.tenant);
+    for (seq, entry) in read_filtered(js, &partition.stream(), &filter).await? {
         if entry.ledger.payload_refs.is_empty() {
             continue;
         }
@@ -417,24 +421,31 @@ pub fn retention_target(retention: TenantRetention, now: DateTime<Utc>) -> Optio
     ))
 }
 
-/// The tenants that have content in the ledger: the tokens of `atl.ledger.<tenant>.>` subjects.
-pub async fn ledger_tenants(js: &jetstream::Context, ledger: &str) -> Result<Vec<Tenant>> {
-    let listing = |e: crate::BoxError| Error::stream(ledger, "listing its subjects", e);
-    let stream = js
-        .get_stream(ledger)
-        .await
-        .map_err(|e| Error::stream(ledger, "opening", e))?;
-    let mut subjects = stream
-        .info_with_subjects("atl.ledger.>")
-        .await
-        .map_err(|e| listing(e.into()))?;
+/// The tenants that have content in the ledger: the tokens of `<prefix>.<tenant>.>` subjects of
+/// every partition's stream (`atl.ledger.<tenant>.>` for a single ledger).
+pub async fn ledger_tenants(js: &jetstream::Context, partitions: Partitions) -> Result<Vec<Tenant>> {
     let mut tenants = BTreeMap::new();
-    while let Some(subject) = subjects.next().await {
-        let (subject, _) = subject.map_err(|e| listing(e.into()))?;
-        if let Some(tenant) = subject.split('.').nth(2)
-            && let Ok(tenant) = Tenant::parse(tenant)
-        {
-            tenants.insert(tenant.to_string(), tenant);
+    for partition in partitions.all() {
+        let ledger = partition.stream();
+        let listing = |e: crate::BoxError| Error::stream(&ledger, "listing its subjects", e);
+        let stream = js
+            .get_stream(&ledger)
+            .await
+            .map_err(|e| Error::stream(&ledger, "opening", e))?;
+        let prefix = format!("{}.", partition.subject_prefix());
+        let mut subjects = stream
+            .info_with_subjects(format!("{prefix}>"))
+            .await
+            .map_err(|e| listing(e.into()))?;
+        while let Some(subject) = subjects.next().await {
+            let (subject, _) = subject.map_err(|e| listing(e.into()))?;
+            if let Some(tenant) = subject
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.split('.').next())
+                && let Ok(tenant) = Tenant::parse(tenant)
+            {
+                tenants.insert(tenant.to_string(), tenant);
+            }
         }
     }
     Ok(tenants.into_values().collect())
@@ -453,7 +464,8 @@ pub struct ErasureRecord {
     pub blob_ids: Vec<String>,
 }
 
-/// Every erasure record in the ledger, in ledger order.
+/// Every erasure record in the ledger, in ledger order: those of `ledger`, the stream of p0 (the
+/// ledger's own tenant `_system` lives there).
 pub async fn erasure_records(js: &jetstream::Context, ledger: &str) -> Result<Vec<ErasureRecord>> {
     let filter = format!("atl.ledger.{}.{ERASURE_CLASS}", Tenant::SYSTEM);
     let mut out = Vec::new();
@@ -528,13 +540,13 @@ pub struct RetentionRun {
 /// payloads older than it (never inside the legal hold: the configuration keeps max ≥ min).
 pub async fn run_retention(
     js: &jetstream::Context,
-    ledger: &str,
+    partitions: Partitions,
     blobs: &BlobStore,
     retention: &toolledger_core::config::RetentionConfig,
     now: DateTime<Utc>,
 ) -> Result<Vec<RetentionRun>> {
     let mut runs = Vec::new();
-    for tenant in ledger_tenants(js, ledger).await? {
+    for tenant in ledger_tenants(js, partitions).await? {
         let policy = retention.for_tenant(tenant.as_str());
         let Some(target) = retention_target(policy, now) else {
             continue;
@@ -550,7 +562,7 @@ pub async fn run_retention(
             requested_by: "toolledger retention".to_owned(),
             force: false,
         };
-        let plan = plan(js, ledger, blobs, &request).await?;
+        let plan = plan(js, partitions, blobs, &request).await?;
         let outcome = execute(js, blobs, &request, &plan, policy, now).await?;
         if outcome.erasure_id.is_some() {
             tracing::info!(tenant = %tenant, blobs = outcome.deleted.len(), "retention erased content");
@@ -564,6 +576,7 @@ pub async fn run_retention(
 /// when the interval is 0. A failed run is logged and retried at the next tick.
 pub async fn retention_loop(
     js: jetstream::Context,
+    partitions: Partitions,
     blobs: BlobStore,
     retention: toolledger_core::config::RetentionConfig,
     shutdown: impl std::future::Future<Output = ()>,
@@ -577,7 +590,7 @@ pub async fn retention_loop(
         tokio::select! {
             () = &mut shutdown => return,
             _ = ticks.tick() => {
-                match run_retention(&js, toolledger_wire::streams::LEDGER, &blobs, &retention, Utc::now()).await {
+                match run_retention(&js, partitions, &blobs, &retention, Utc::now()).await {
                     Ok(runs) => {
                         let erased: usize = runs.iter().map(|r| r.outcome.deleted.len()).sum();
                         tracing::debug!(tenants = runs.len(), erased, "retention ran");

@@ -17,6 +17,7 @@ use toolledger_core::config::Config;
 use toolledger_ledger::BlobStore;
 use toolledger_ledger::erasure::{self as erase, ErasureOutcome, ErasureRequest, ErasureTarget};
 use toolledger_wire::Tenant;
+use toolledger_wire::partition::Partitions;
 use toolledger_wire::streams::LEDGER;
 
 use super::init::{connect, nats_url};
@@ -81,9 +82,14 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let js = async_nats::jetstream::new(connect(&url, "toolledger-erase").await?);
     let blobs = BlobStore::open_configured(&config, args.blobs.as_deref())?;
     let now = args.now.unwrap_or_else(Utc::now);
+    // A tenant's entries are in its partition; the count must be the ledger's own to find them.
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    toolledger_wire::streams::check_partition_count(&js, partitions)
+        .await
+        .context("ledger.partitions")?;
 
     if args.retention {
-        let runs = erase::run_retention(&js, LEDGER, &blobs, &config.retention, now).await?;
+        let runs = erase::run_retention(&js, partitions, &blobs, &config.retention, now).await?;
         for run in &runs {
             report(&args, run.tenant.as_str(), &run.outcome);
             if let Some(id) = &run.outcome.erasure_id {
@@ -118,7 +124,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             .unwrap_or_else(|| "unknown".to_owned()),
         force: args.force,
     };
-    let plan = erase::plan(&js, LEDGER, &blobs, &request).await?;
+    let plan = erase::plan(&js, partitions, &blobs, &request).await?;
     if !plan.still_stored.is_empty() {
         println!(
             "toolledger erase: {} blobs an earlier erasure record names are still in the blob store; erasing them again",

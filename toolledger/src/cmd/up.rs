@@ -181,6 +181,7 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         toolledger_wire::connect::connect(&urls.retention, "toolledger-up-retention").await?;
     let retention = tokio::spawn(toolledger_ledger::erasure::retention_loop(
         async_nats::jetstream::new(retention_client),
+        toolledger_wire::partition::Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?,
         toolledger_ledger::BlobStore::open_configured(&config, None)?,
         config.retention.clone(),
         async {
