@@ -365,6 +365,26 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     );
     drop(fresh);
 
+    // doctor checks each partition's checkpoints, projection and projector, and the partitioned
+    // contract (the directory's stream included).
+    let (_, out, err) = env.run(&["doctor", "--nats-url", &url, "--json"]);
+    let checks: Vec<serde_json::Value> =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{out}\n{err}"));
+    let status = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["status"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("no check {name}\n{out}"))
+    };
+    assert_eq!(status("streams"), "ok", "{out}");
+    for partition in partitions.all() {
+        assert_eq!(status(&format!("checkpoints {partition}")), "ok", "{out}");
+        assert_eq!(status(&format!("projection {partition}")), "ok", "{out}");
+        // No projector runs now: its heartbeat says stopped.
+        assert_eq!(status(&format!("projector {partition}")), "fail", "{out}");
+    }
+
     // Erasure finds the tenant's payloads in its partition.
     let (ok, out, err) = env.run(&[
         "erase",

@@ -149,7 +149,6 @@ fn main() -> ExitCode {
     let one_stream = match &cli.command {
         Command::Up(_) => Some("up"),
         Command::Serve(_) => Some("serve"),
-        Command::Doctor(_) => Some("doctor"),
         _ => None,
     };
     if let Some(command) = one_stream
@@ -162,7 +161,7 @@ fn main() -> ExitCode {
              `toolledger verify` checks every partition, `toolledger prove` proves in any, \
              `toolledger bundle` bundles from a tenant's, `toolledger export` exports every partition, and \
              show, session, search, stats, query and replay read a tenant's partition, backup and \
-             restore take every partition, and erase finds a tenant in its",
+             restore take every partition, erase finds a tenant in its, and doctor checks each",
             config.ledger.partitions
         );
         return ExitCode::FAILURE;

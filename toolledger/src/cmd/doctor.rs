@@ -17,7 +17,9 @@ use async_nats::jetstream;
 use chrono::Utc;
 use serde::Serialize;
 use toolledger_core::config::Config;
-use toolledger_wire::streams::{self, CHECKPOINTS, INBOUND, LEDGER, QUARANTINE};
+use toolledger_ledger::{OrderedReader, ReadSpec};
+use toolledger_wire::partition::{Partition, Partitions};
+use toolledger_wire::streams::{self, CHECKPOINTS, CHECKPOINTS_SUBJECT, INBOUND, QUARANTINE};
 
 use super::init::nats_url;
 
@@ -56,16 +58,16 @@ enum Status {
 
 #[derive(Debug, Clone, Serialize)]
 struct Check {
-    name: &'static str,
+    name: String,
     status: Status,
     detail: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     action: Option<String>,
 }
 
-fn check(name: &'static str, status: Status, detail: impl Into<String>, action: Option<&str>) -> Check {
+fn check(name: impl Into<String>, status: Status, detail: impl Into<String>, action: Option<&str>) -> Check {
     Check {
-        name,
+        name: name.into(),
         status,
         detail: detail.into(),
         action: action.map(str::to_owned),
@@ -128,21 +130,37 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             None
         }
     };
-    let mut ledger_last = None;
+    // A partitioned ledger: each partition's checkpoints, projection and projector in turn
+    // (`checkpoints p1`, …; a single ledger's keep their plain names).
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    let mut ledger_last = vec![None; usize::from(partitions.count())];
     if let Some(client) = client {
         let js = jetstream::new(client);
-        checks.push(contract(&js).await);
+        checks.push(contract(&js, partitions).await);
         checks.push(ingest_lag(&js).await);
-        let (checkpoint, last) = checkpoint_age(&js, &config).await;
-        checks.push(checkpoint);
-        ledger_last = last;
+        for partition in partitions.all() {
+            let (checkpoint, last) = checkpoint_age(&js, &config, partitions, partition).await;
+            checks.push(checkpoint);
+            ledger_last[usize::from(partition.index())] = last;
+        }
         if !config.ledger.witnesses.is_empty() {
-            checks.push(witnesses(&js, &config, Duration::from_secs(args.witness_lag_secs)).await);
+            checks.push(
+                witnesses(
+                    &js,
+                    &config,
+                    partitions,
+                    Duration::from_secs(args.witness_lag_secs),
+                )
+                .await,
+            );
         }
         checks.push(quarantine_rate(&js).await);
     }
-    checks.push(projection_lag(&config, ledger_last));
-    checks.push(projector(&config));
+    for partition in partitions.all() {
+        let last = ledger_last[usize::from(partition.index())];
+        checks.push(projection_lag(&config, partitions, partition, last));
+        checks.push(projector(&config, partitions, partition));
+    }
     checks.push(data_dir_mode(&config));
     checks.push(disk(&config));
 
@@ -166,8 +184,12 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn contract(js: &jetstream::Context) -> Check {
-    let findings = streams::check_contract(js).await;
+async fn contract(js: &jetstream::Context, partitions: Partitions) -> Check {
+    let settings = streams::ContractSettings {
+        partitions,
+        ..streams::ContractSettings::default()
+    };
+    let findings = streams::check_contract_with(js, &settings).await;
     if findings.is_empty() {
         let lacking = streams::check_shortfalls(js).await;
         if !lacking.is_empty() {
@@ -238,49 +260,56 @@ async fn ingest_lag(js: &jetstream::Context) -> Check {
     }
 }
 
-async fn checkpoint_age(js: &jetstream::Context, config: &Config) -> (Check, Option<u64>) {
-    let ledger_last = toolledger_ledger::last_sequence(js, LEDGER).await.ok();
-    let Ok(mut stream) = js.get_stream(CHECKPOINTS).await else {
+/// A check's name, with the partition's when the ledger has several (`checkpoints p1`).
+fn named(name: &str, partitions: Partitions, partition: Partition) -> String {
+    match partitions.count() {
+        1 => name.to_owned(),
+        _ => format!("{name} {partition}"),
+    }
+}
+
+async fn checkpoint_age(
+    js: &jetstream::Context,
+    config: &Config,
+    partitions: Partitions,
+    partition: Partition,
+) -> (Check, Option<u64>) {
+    let name = named("checkpoints", partitions, partition);
+    let ledger_last = toolledger_ledger::last_sequence(js, &partition.stream())
+        .await
+        .ok();
+    if js.get_stream(CHECKPOINTS).await.is_err() {
         return (
             check(
-                "checkpoints",
+                name,
                 Status::Fail,
                 "ATL_CHECKPOINTS is missing",
                 Some("run `toolledger init`"),
             ),
             ledger_last,
         );
-    };
-    let last = match stream.info().await {
-        Ok(info) => info.state.last_sequence,
-        Err(error) => {
-            return (
-                check("checkpoints", Status::Fail, error.to_string(), None),
-                ledger_last,
-            );
-        }
+    }
+    // The partition's own newest checkpoint: the others' (and the directory's) share the stream.
+    let message = match toolledger_ledger::last_stored_message(
+        js,
+        CHECKPOINTS,
+        &partition.checkpoint_subject(),
+    )
+    .await
+    {
+        Ok(message) => message,
+        Err(error) => return (check(name, Status::Fail, error.to_string(), None), ledger_last),
     };
     let entries = ledger_last.unwrap_or(0);
-    if last == 0 {
+    let Some(message) = message else {
         let status = if entries == 0 { Status::Ok } else { Status::Warn };
         return (
-            check("checkpoints", status, format!("none signed yet; the ledger holds {entries} entries"), (status != Status::Ok).then_some("is `toolledger ingest` running with its signing key? see docs/runbooks.md \"Checkpoint stall\"")),
-            ledger_last,
-        );
-    }
-    let Ok(message) = stream.get_raw_message(last).await else {
-        return (
-            check(
-                "checkpoints",
-                Status::Fail,
-                "the newest checkpoint is unreadable",
-                None,
-            ),
+            check(name, status, format!("none signed yet; the ledger holds {entries} entries"), (status != Status::Ok).then_some("is `toolledger ingest` running with its signing key? see docs/runbooks.md \"Checkpoint stall\"")),
             ledger_last,
         );
     };
     let size = checkpoint_size(&message.payload);
-    let signed_at = chrono::DateTime::<Utc>::from(std::time::SystemTime::from(message.time));
+    let signed_at = message.time;
     let age = Utc::now()
         .signed_duration_since(signed_at)
         .to_std()
@@ -291,7 +320,7 @@ async fn checkpoint_age(js: &jetstream::Context, config: &Config) -> (Check, Opt
     if behind > 0 && age > interval * 3 {
         (
             check(
-                "checkpoints",
+                name,
                 Status::Warn,
                 detail,
                 Some(
@@ -301,18 +330,19 @@ async fn checkpoint_age(js: &jetstream::Context, config: &Config) -> (Check, Opt
             ledger_last,
         )
     } else {
-        (check("checkpoints", Status::Ok, detail, None), ledger_last)
+        (check(name, Status::Ok, detail, None), ledger_last)
     }
 }
 
 /// Whether the configured witnesses keep up: a witness is behind when newer checkpoints than its
 /// latest cosignature exist and it has not cosigned for `lag` (ingest asks every second). Fewer
 /// than the quorum keeping up fails.
-async fn witnesses(js: &jetstream::Context, config: &Config, lag: Duration) -> Check {
+async fn witnesses(js: &jetstream::Context, config: &Config, partitions: Partitions, lag: Duration) -> Check {
     const NAME: &str = "witnesses";
     let action = "check that each witness runs and is reachable from ingest, and ingest's log \
                   (\"witness did not cosign\"); see docs/witnesses.md";
-    let latest = match toolledger_ledger::last_stored_message(js, CHECKPOINTS, ">").await {
+    // p0's checkpoints, the only ones witnessed: the stream holds other logs' too.
+    let latest = match toolledger_ledger::last_stored_message(js, CHECKPOINTS, CHECKPOINTS_SUBJECT).await {
         Ok(Some(message)) => message,
         Ok(None) => return check(NAME, Status::Ok, "no checkpoint signed yet", None),
         Err(error) => return check(NAME, Status::Fail, error.to_string(), None),
@@ -348,7 +378,7 @@ async fn witnesses(js: &jetstream::Context, config: &Config, lag: Duration) -> C
         let waiting = if cosigned >= size {
             Duration::ZERO
         } else {
-            match first_signed_after(js, latest.seq, cosigned).await {
+            match first_signed_after(js, partitions, latest.seq, cosigned).await {
                 Ok(Some(since)) => now.signed_duration_since(since).to_std().unwrap_or_default(),
                 Ok(None) => Duration::ZERO,
                 Err(error) => return check(NAME, Status::Fail, error.to_string(), None),
@@ -379,13 +409,26 @@ async fn witnesses(js: &jetstream::Context, config: &Config, lag: Duration) -> C
     check(NAME, status, detail, (status != Status::Ok).then_some(action))
 }
 
-/// When the first checkpoint larger than `size` was signed, looking at ATL_CHECKPOINTS up to
+/// When the first checkpoint of p0 larger than `size` was signed, looking at ATL_CHECKPOINTS up to
 /// `last_seq`; `None` when none is larger.
 async fn first_signed_after(
     js: &jetstream::Context,
+    partitions: Partitions,
     last_seq: u64,
     size: u64,
 ) -> anyhow::Result<Option<chrono::DateTime<Utc>>> {
+    // Several logs share the stream, so sizes do not grow with its sequence: p0's are read in order.
+    if partitions.count() > 1 {
+        let spec = ReadSpec::range(1, last_seq).subjects(CHECKPOINTS_SUBJECT);
+        let mut reader = OrderedReader::open(js, CHECKPOINTS, spec).await?;
+        while let Some(message) = reader.next().await? {
+            if checkpoint_size(&message.payload) > size {
+                let found = toolledger_ledger::stored_message(js, CHECKPOINTS, message.seq).await?;
+                return Ok(found.map(|m| m.time));
+            }
+        }
+        return Ok(None);
+    }
     let at = |seq: u64| async move {
         toolledger_ledger::stored_message(js, CHECKPOINTS, seq)
             .await?
@@ -452,12 +495,18 @@ async fn quarantine_rate(js: &jetstream::Context) -> Check {
     }
 }
 
-fn projection_lag(config: &Config, ledger_last: Option<u64>) -> Check {
-    let generation = match toolledger_projector::Generations::new(&config.data_dir).current() {
+fn projection_lag(
+    config: &Config,
+    partitions: Partitions,
+    partition: Partition,
+    ledger_last: Option<u64>,
+) -> Check {
+    let name = named("projection", partitions, partition);
+    let generation = match toolledger_projector::Generations::of(&config.data_dir, partition).current() {
         Ok(Some(generation)) => generation,
         Ok(None) => {
             return check(
-                "projection",
+                &name,
                 Status::Warn,
                 "no projection in this data directory",
                 Some("run `toolledger project` (or `toolledger up`)"),
@@ -465,7 +514,7 @@ fn projection_lag(config: &Config, ledger_last: Option<u64>) -> Check {
         }
         Err(error) => {
             return check(
-                "projection",
+                &name,
                 Status::Fail,
                 error.to_string(),
                 Some("run `toolledger rebuild`"),
@@ -484,7 +533,7 @@ fn projection_lag(config: &Config, ledger_last: Option<u64>) -> Check {
     let position = match position {
         Ok((_, problems)) if !problems.is_empty() => {
             return check(
-                "projection",
+                &name,
                 Status::Fail,
                 format!(
                     "{} ({}) is damaged: {}",
@@ -500,7 +549,7 @@ fn projection_lag(config: &Config, ledger_last: Option<u64>) -> Check {
     };
     match (position, ledger_last) {
         (Err(error), _) => check(
-            "projection",
+            &name,
             Status::Fail,
             format!(
                 "{} ({}) cannot be read: {}",
@@ -511,13 +560,13 @@ fn projection_lag(config: &Config, ledger_last: Option<u64>) -> Check {
             Some(rebuild),
         ),
         (Ok(position), Some(last)) if last > position + LAG_MESSAGES => check(
-            "projection",
+            &name,
             Status::Warn,
             format!("at seq {position} of {last}"),
             Some("is `toolledger project` running? a rebuild catches up from seq 1"),
         ),
         (Ok(position), last) => check(
-            "projection",
+            &name,
             Status::Ok,
             format!(
                 "{} at seq {position}{}",
@@ -530,25 +579,26 @@ fn projection_lag(config: &Config, ledger_last: Option<u64>) -> Check {
 }
 
 /// Whether a projector is running on this data directory, from its heartbeat.
-fn projector(config: &Config) -> Check {
-    let generations = toolledger_projector::Generations::new(&config.data_dir);
+fn projector(config: &Config, partitions: Partitions, partition: Partition) -> Check {
+    let name = named("projector", partitions, partition);
+    let generations = toolledger_projector::Generations::of(&config.data_dir, partition);
     match toolledger_projector::Heartbeat::read(&generations) {
         Ok(Some(beat)) => match beat.verdict() {
-            (true, detail) => check("projector", Status::Ok, detail, None),
+            (true, detail) => check(&name, Status::Ok, detail, None),
             (false, detail) => check(
-                "projector",
+                &name,
                 Status::Fail,
                 detail,
                 Some("start `toolledger project` (systemd: toolledger-project.service); see its log"),
             ),
         },
         Ok(None) => check(
-            "projector",
+            &name,
             Status::Warn,
             "no projector has run on this data directory (no heartbeat)",
             Some("run `toolledger project` (or `toolledger up`)"),
         ),
-        Err(error) => check("projector", Status::Warn, error.to_string(), None),
+        Err(error) => check(&name, Status::Warn, error.to_string(), None),
     }
 }
 
