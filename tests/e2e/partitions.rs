@@ -363,7 +363,33 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
         out.contains("toolledger verify: directory (ATL_DIRECTORY)"),
         "{out}"
     );
+    // The same roots, partition by partition.
+    let roots = |url: &str| -> Vec<String> {
+        let (ok, out, err) = env.run(&["verify", "--nats-url", url, "--json", "--no-payloads"]);
+        assert!(ok, "{out}\n{err}");
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+        report["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["report"]["root"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(roots(&fresh_url), roots(&url));
     drop(fresh);
+    // Into a server made for one partition it is refused before anything is written.
+    let single = NatsFixture::start();
+    let single_url = single.url();
+    let one = Env::new(1);
+    let (ok, out, err) = one.run(&["init", "--nats-url", &single_url]);
+    assert!(ok, "{out}\n{err}");
+    let (ok, _, err) = one.run(&["restore", backup.to_str().unwrap(), "--nats-url", &single_url]);
+    assert!(!ok && err.contains("ATL_LEDGER_P1"), "{err}");
+    let written = crate::init::runtime().block_on(async {
+        let js = jetstream::new(single.client().await);
+        toolledger_ledger::last_sequence(&js, "ATL_LEDGER").await.unwrap()
+    });
+    assert_eq!(written, 0, "a refused restore writes nothing");
 
     // doctor checks each partition's checkpoints, projection and projector, and the partitioned
     // contract (the directory's stream included).

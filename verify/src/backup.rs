@@ -202,6 +202,8 @@ pub async fn backup(
     }
     let directory = match &extra.directory {
         Some(stream) => {
+            // There even when nothing of it is signed yet: a missing directory is an error.
+            toolledger_ledger::last_sequence(js, stream).await?;
             // As far as the newest directory checkpoint in the backup signs it: a later entry could
             // name partition checkpoints the backup does not hold.
             let signed = signed_directory_size(js, checkpoints, checkpoints_backup.messages).await?;
@@ -346,14 +348,18 @@ pub async fn restore(
     if let Some(directory) = &manifest.directory {
         streams.push((directory.stream.clone(), read_stream(dir, directory)?));
     }
-    for (stream, messages) in &streams {
-        let stream = stream.as_str();
+    // And every target stream is there and empty before any is written: a restore that stops
+    // half-way would leave a target no retry can use.
+    for (stream, _) in &streams {
         let last = toolledger_ledger::last_sequence(js, stream).await?;
         if last != 0 {
             return Err(Error::Backup {
                 reason: format!("{stream} already holds {last} messages: restore only into a fresh contract"),
             });
         }
+    }
+    for (stream, messages) in &streams {
+        let stream = stream.as_str();
         let total = messages.len() as u64;
         for (seq, subject, data) in messages {
             let mut headers = async_nats::HeaderMap::new();

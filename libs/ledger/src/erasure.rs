@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! plan     read the tenant's ledger entries (its partition's stream, subject filter
-//!          <prefix>.<tenant>.>: atl.ledger.<tenant>.> for a single ledger) and the ledger's
-//!          erasure records (tenant `_system`, in p0) ─▶ the target's payload references; those a record names as erased are
+//!          <prefix>.<tenant>.>: atl.ledger.<tenant>.> for a single ledger) and the
+//!          ledger's erasure records (tenant `_system`, in p0) ─▶ the target's payload
+//!          references; those a record names as erased are
 //!          asked of the blob store, and erased again when it still holds them ─▶ the payloads to
 //!          erase, the invocations and sessions they belong to, those inside a legal hold (min_days)
 //! execute  held and not forced? refuse ─▶ delete each blob (its nonce goes with it; deleting a

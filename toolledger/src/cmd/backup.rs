@@ -54,9 +54,15 @@ fn progress() -> impl FnMut(&str, u64, u64) + Send {
 pub async fn run_backup(config: Config, args: BackupArgs) -> anyhow::Result<()> {
     let url = nats_url(&config, args.nats_url.as_deref())?;
     let js = async_nats::jetstream::new(connect(&url, "toolledger-backup").await?);
+    // A partitioned ledger: every partition's stream and the directory too (docs/scaling.md), so
+    // the count must be the ledger's own.
     super::verify::check_count(&js, CHECKPOINTS, &config).await?;
-    // A partitioned ledger: every partition's stream and the directory too (docs/scaling.md).
     let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    if partitions.count() > 1 {
+        toolledger_wire::streams::check_partition_count(&js, partitions)
+            .await
+            .map_err(|e| anyhow::anyhow!("ledger.partitions: {e}"))?;
+    }
     let extra = backup::Extra {
         partitions: partitions.all().skip(1).map(|p| p.stream()).collect(),
         directory: (partitions.count() > 1).then(|| directory::STREAM.to_owned()),
@@ -93,5 +99,14 @@ pub async fn run_restore(config: Config, args: RestoreArgs) -> anyhow::Result<()
         "toolledger restore: {} ledger entries (root {}) and {} checkpoints restored; run `toolledger verify`, then `toolledger rebuild`",
         manifest.ledger.messages, manifest.ledger_root, manifest.checkpoints.messages
     );
+    for partition in &manifest.partitions {
+        println!(
+            "toolledger restore: {} entries of {} (root {})",
+            partition.stream.messages, partition.stream.stream, partition.root
+        );
+    }
+    if let Some(directory) = &manifest.directory {
+        println!("toolledger restore: {} directory entries", directory.messages);
+    }
     Ok(())
 }

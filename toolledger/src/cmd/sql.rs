@@ -50,7 +50,7 @@ pub struct Args {
 pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
     let partition = match (&args.tenant, args.partition) {
-        (Some(tenant), _) => partitions.of(tenant),
+        (Some(tenant), named) => super::prove::partition_of(&config, Some(tenant), named)?,
         (None, Some(_)) => super::prove::partition_of(&config, None, args.partition)?,
         (None, None) if partitions.count() == 1 => Partition::ZERO,
         (None, None) => anyhow::bail!(
