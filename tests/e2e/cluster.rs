@@ -448,16 +448,8 @@ async fn r3_ledger_of_four_partitions_loses_nothing_while_one_of_two_ingest_proc
     let admin = patient(login_at(&cluster.url(), "admin", secret("TOOLLEDGER_NATS_ADMIN_PASSWORD")).await);
 
     // Two ingest processes as the shipped ingest identity, each with a data directory of its own
-    // and the ledger's one signing key.
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    for dir in &dirs {
-        std::fs::create_dir_all(dir.path().join("keys")).unwrap();
-        std::fs::copy(
-            data.path().join("keys/checkpoint.key"),
-            dir.path().join("keys/checkpoint.key"),
-        )
-        .unwrap();
-    }
+    // and the ledger's one signing key and scrubber key.
+    let dirs = crate::partitions::ingest_data_dirs(data.path());
     let ingest_url = url_as(&cluster, "ingest");
     let spawn = |dir: &Path| {
         service_with(

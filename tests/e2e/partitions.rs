@@ -519,6 +519,29 @@ fn up_and_the_other_readers_refuse_more_than_one_partition_until_they_follow_the
     assert!(!ok && err.contains("reads one ledger partition"), "serve: {err}");
 }
 
+/// Two ingest processes' data directories, each with the ledger's one signing key (from `data`) and
+/// one scrubber key: every ingest of a ledger needs both, or an event carrying a secret that one
+/// appended and the other is redelivered compares unequal (`duplicate_conflict`, docs/ingest.md).
+pub(crate) fn ingest_data_dirs(data: &Path) -> [tempfile::TempDir; 2] {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let scrub_key = data.join(toolledger_ingest::scrub::KEY_FILE_NAME);
+    toolledger_ingest::scrub::ScrubKey::load_or_create(&scrub_key).unwrap();
+    for dir in &dirs {
+        std::fs::create_dir_all(dir.path().join("keys")).unwrap();
+        std::fs::copy(
+            data.join("keys/checkpoint.key"),
+            dir.path().join("keys/checkpoint.key"),
+        )
+        .unwrap();
+        std::fs::copy(
+            &scrub_key,
+            dir.path().join(toolledger_ingest::scrub::KEY_FILE_NAME),
+        )
+        .unwrap();
+    }
+    dirs
+}
+
 /// `project` (every partition, one process) until each partition's projection holds its stream's
 /// `last` entries, then `rebuild`: each partition's projection holds its own tenants only, every
 /// entry once, and its rebuild equals its incremental projection.
@@ -738,16 +761,9 @@ async fn two_writers_of_four_partitions_killed_at_random_moments_lose_and_repeat
     let partitions = Partitions::new(4).unwrap();
     let (ok, out, err) = tokio::task::block_in_place(|| env.run(&["init", "--nats-url", &url]));
     assert!(ok, "init failed\n{out}\n{err}");
-    // Two ingest processes, each with a data directory of its own and the ledger's one signing key.
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    for dir in &dirs {
-        std::fs::create_dir_all(dir.path().join("keys")).unwrap();
-        std::fs::copy(
-            env.data.path().join("keys/checkpoint.key"),
-            dir.path().join("keys/checkpoint.key"),
-        )
-        .unwrap();
-    }
+    // Two ingest processes, each with a data directory of its own and the ledger's one signing
+    // key and scrubber key.
+    let dirs = ingest_data_dirs(env.data.path());
 
     let events = toolledger_schemas::generator::generate(&toolledger_schemas::generator::GeneratorConfig {
         seed,

@@ -153,17 +153,20 @@ async fn each_tenant_lands_in_its_partition_with_a_tree_and_checkpoints_of_its_o
     assert_eq!(data["layout"][2]["stream"], "ATL_LEDGER_P2");
 }
 
-/// Two ingest processes' data directories with the same signing key, as every ingest of one ledger
-/// has.
+/// Two ingest processes' data directories with the same signing key and scrubber key, as every
+/// ingest of one ledger has (with another scrubber key, an event carrying a secret that one
+/// process appended and the other is redelivered compares unequal: `duplicate_conflict`).
 fn two_data_dirs() -> (tempfile::TempDir, tempfile::TempDir) {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     crate::pipeline::signing_key(a.path());
-    std::fs::create_dir_all(b.path().join("keys")).unwrap();
-    std::fs::copy(
-        a.path().join("keys/checkpoint.key"),
-        b.path().join("keys/checkpoint.key"),
+    toolledger_ingest::scrub::ScrubKey::load_or_create(
+        &a.path().join(toolledger_ingest::scrub::KEY_FILE_NAME),
     )
     .unwrap();
+    std::fs::create_dir_all(b.path().join("keys")).unwrap();
+    for file in ["keys/checkpoint.key", toolledger_ingest::scrub::KEY_FILE_NAME] {
+        std::fs::copy(a.path().join(file), b.path().join(file)).unwrap();
+    }
     (a, b)
 }
 
