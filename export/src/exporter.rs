@@ -384,10 +384,7 @@ async fn write_segment(options: &Options, tracker: &mut Tracker, mut segment: Se
 
 /// The folder of a partition's tracker snapshots: `_tracker`, `_tracker_p<K>`.
 fn tracker_folder(partition: LedgerPartition) -> String {
-    match partition.index() {
-        0 => "_tracker".to_owned(),
-        k => format!("_tracker_p{k}"),
-    }
+    manifest::partition_folder("_tracker", partition)
 }
 
 /// The tracker snapshot after ledger seq `seq` of `partition`.

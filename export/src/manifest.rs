@@ -91,9 +91,15 @@ impl Manifest {
 
 /// The folder of a partition's manifests in each table: `_manifest`, `_manifest_p<K>`.
 pub fn manifest_folder(partition: Partition) -> String {
+    partition_folder("_manifest", partition)
+}
+
+/// The archive folder `p0_name` of `partition`: `p0_name` itself for p0, `<p0_name>_p<K>` after
+/// (manifests, tracker snapshots).
+pub fn partition_folder(p0_name: &str, partition: Partition) -> String {
     match partition.index() {
-        0 => "_manifest".to_owned(),
-        k => format!("_manifest_p{k}"),
+        0 => p0_name.to_owned(),
+        k => format!("{p0_name}_p{k}"),
     }
 }
 

@@ -24,6 +24,7 @@ use chrono::{SecondsFormat, Utc};
 use toolledger_core::telemetry::{ErrorChain, Health};
 use toolledger_merkle::NoteSigner;
 use toolledger_wire::directory::{self, CheckpointRef, DirectoryEntry};
+use toolledger_wire::partition::Partition;
 use toolledger_wire::streams::CHECKPOINTS;
 
 use crate::append::{Appender, PendingEntry};
@@ -120,7 +121,7 @@ async fn session(
         }
         if stopping || recorded_at.is_none_or(|at| at.elapsed() >= every) {
             recorded_at = Some(Instant::now());
-            if let Some(seq) = log.record(&js, settings).await? {
+            if let Some(seq) = log.record(&js).await? {
                 health.ok(
                     COMPONENT,
                     format!("recorded every partition's checkpoint at seq {seq}"),
@@ -143,6 +144,8 @@ struct Directory {
     recorded: Option<Vec<u64>>,
     /// The signing key's verifier and the trusted older keys.
     verifiers: toolledger_merkle::Verifiers,
+    /// Each partition's checkpoint settings (its subject and origin), p0 first.
+    partitions: Vec<(Partition, CheckpointSettings)>,
 }
 
 impl Directory {
@@ -179,32 +182,33 @@ impl Directory {
                     .map(|entry| entry.partitions.iter().map(|r| r.checkpoint_seq).collect())
             }
         };
+        let partitions = settings
+            .partitions
+            .all()
+            .map(|partition| (partition, settings.for_partition(partition).checkpoint))
+            .collect();
         Ok(Self {
             appender,
             checkpointer,
             recorded,
             verifiers,
+            partitions,
         })
     }
 
     /// Appends and signs an entry when any partition's latest checkpoint is newer than the last
     /// entry's; its sequence, or `None` when nothing changed.
-    async fn record(
-        &mut self,
-        js: &async_nats::jetstream::Context,
-        settings: &IngestSettings,
-    ) -> Result<Option<u64>> {
+    async fn record(&mut self, js: &async_nats::jetstream::Context) -> Result<Option<u64>> {
         let mut refs = Vec::new();
-        for partition in settings.partitions.all() {
-            let partition_settings = settings.for_partition(partition).checkpoint;
+        for (partition, partition_settings) in &self.partitions {
             let (checkpoint_seq, size, root) =
-                match checkpoint::last_checkpoint(js, &partition_settings, &self.verifiers).await? {
+                match checkpoint::last_checkpoint(js, partition_settings, &self.verifiers).await? {
                     Some((seq, checkpoint)) => (seq, checkpoint.size, checkpoint.root),
                     None => (0, 0, toolledger_merkle::empty_root()),
                 };
             refs.push(CheckpointRef {
                 partition: partition.index(),
-                origin: partition_settings.origin,
+                origin: partition_settings.origin.clone(),
                 checkpoint_seq,
                 size,
                 root: base64::engine::general_purpose::STANDARD.encode(root),

@@ -221,14 +221,17 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     // One archive for every partition: each partition's manifests its own, its tenants' files in
     // their folders; verify --parquet checks each partition's log out of it.
     let archive = env.data.path().join("parquet");
-    let (ok, out, err) = env.run(&[
-        "export",
-        "--nats-url",
-        &url,
-        "--prefix",
-        archive.to_str().unwrap(),
-        "--until-caught-up",
-    ]);
+    let export = || {
+        env.run(&[
+            "export",
+            "--nats-url",
+            &url,
+            "--prefix",
+            archive.to_str().unwrap(),
+            "--until-caught-up",
+        ])
+    };
+    let (ok, out, err) = export();
     assert!(ok, "export failed\n{out}\n{err}");
     for partition in partitions.all() {
         assert!(
@@ -264,14 +267,7 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
         assert_eq!(report["findings"].as_array().unwrap().len(), 0, "{report}");
     }
     // A second run recovers each partition from its own newest manifests and writes nothing new.
-    let (ok, out, err) = env.run(&[
-        "export",
-        "--nats-url",
-        &url,
-        "--prefix",
-        archive.to_str().unwrap(),
-        "--until-caught-up",
-    ]);
+    let (ok, out, err) = export();
     assert!(ok, "export again failed\n{out}\n{err}");
     let (ok, out, err) = env.run(&["verify", "--parquet", archive.to_str().unwrap()]);
     assert!(ok, "verify --parquet after a second export failed\n{out}\n{err}");
