@@ -109,6 +109,7 @@ fn main() {
         blob_store_url: None,
         access_log: None,
         ledger: None,
+        partitions: Default::default(),
     };
     let (addr, _task) = runtime
         .block_on(toolledger_query::serve(

@@ -36,13 +36,14 @@ use serde::Serialize;
 use serde_json::json;
 use toolledger_core::telemetry::Telemetry;
 use toolledger_ledger::BlobStore;
+use toolledger_wire::partition::Partitions;
 
 use crate::access::{AccessLog, Reads};
 use crate::auth::{Principal, Tokens};
 use crate::error::{Error, Result};
 use crate::listing::{SearchFilter, SessionFilter};
 use crate::params;
-use crate::reader::Reader;
+use crate::reader::Readers;
 use crate::stats::StatsFilter;
 
 /// How the API is set up.
@@ -61,6 +62,9 @@ pub struct ApiOptions {
     pub access_log: Option<AccessLog>,
     /// The ledger for replay, checkpoints, proofs and bundles (`None`: those answer 503 `no_ledger`).
     pub ledger: Option<LedgerAccess>,
+    /// How many partitions the ledger has (`ledger.partitions`): each has its own projection, and a
+    /// tenant's reads go to its partition's.
+    pub partitions: Partitions,
 }
 
 /// The ledger as the evidence and replay routes read it.
@@ -68,8 +72,11 @@ pub struct ApiOptions {
 pub struct LedgerAccess {
     /// JetStream on the ledger's NATS.
     pub js: async_nats::jetstream::Context,
-    /// Streams, trusted keys, origin and tiles for proofs and bundles.
-    pub source: toolledger_verify::ProveSource,
+    /// Each partition's log (stream, trusted keys, origin, tiles) for proofs and bundles, p0 first:
+    /// one for a ledger of one partition.
+    pub logs: Vec<toolledger_verify::ProveSource>,
+    /// The directory's log over a partitioned ledger's partitions (`None` with one partition).
+    pub directory: Option<toolledger_verify::ProveSource>,
     /// The configured witness policy: bundles are proved in the newest checkpoint that meets it.
     pub witness_policy: Option<toolledger_merkle::WitnessPolicy>,
 }
@@ -82,7 +89,7 @@ struct RequestLabels {
 }
 
 struct ApiState {
-    reader: Arc<Reader>,
+    readers: Readers,
     blobs: Option<BlobStore>,
     tokens: Tokens,
     insecure_local: bool,
@@ -90,7 +97,6 @@ struct ApiState {
     requests: Family<RequestLabels, Counter>,
     access_log: Option<AccessLog>,
     ledger: Option<LedgerAccess>,
-    dependencies: Arc<crate::health::Dependencies>,
     /// Analysts' statements running at once, per tenant and in all, and the means to stop them.
     sql_slots: Arc<sql::SqlSlots>,
 }
@@ -212,14 +218,15 @@ fn routes(
         );
     });
     telemetry.health().ok("api", "serving");
-    let dependencies = crate::health::Dependencies::watch(
-        data_dir,
+    let readers = Readers::new(data_dir, options.partitions);
+    crate::health::Dependencies::watch(
+        readers.clone(),
         options.access_log.as_ref().map(AccessLog::health),
         &telemetry,
     );
     let sql_slots = sql::SqlSlots::new(&telemetry);
     let state = Arc::new(ApiState {
-        reader: Reader::new(data_dir),
+        readers,
         blobs,
         tokens: options.tokens,
         insecure_local: options.insecure_local,
@@ -227,7 +234,6 @@ fn routes(
         requests,
         access_log: options.access_log,
         ledger: options.ledger,
-        dependencies,
         sql_slots: Arc::clone(&sql_slots),
     });
     let router = Router::new()
@@ -451,10 +457,7 @@ fn ndjson_response<T: Serialize>(items: &[T], next_cursor: Option<&str>) -> Resp
 }
 
 fn finish(state: &ApiState, endpoint: &'static str, result: Result<Response>) -> Response {
-    let response = result.unwrap_or_else(|error| {
-        state.dependencies.read_failed(&error);
-        ApiError(error).into_response()
-    });
+    let response = result.unwrap_or_else(|error| ApiError(error).into_response());
     state.count(endpoint, &response);
     response
 }
@@ -484,7 +487,8 @@ async fn invocation(
         params::id("invocation_id", &invocation_id)?;
         let asked = (tenant.clone(), format!("invocation_id={invocation_id}"));
         let read = state
-            .reader
+            .readers
+            .scoped(tenant.as_deref())?
             .read(move |conn| crate::reconstruct::reconstruct(conn, tenant.as_deref(), &invocation_id))
             .await;
         let mut reconstruction = match read {
@@ -572,7 +576,8 @@ async fn search(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuer
             ..filters
         };
         let page = state
-            .reader
+            .readers
+            .scoped(scope.as_deref())?
             .read(move |conn| crate::listing::search(conn, &filter))
             .await?;
         let rows = page.items.iter().map(|i| {
@@ -610,7 +615,8 @@ async fn counts(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuer
         let group_by = params::group_by(query.get("group_by"))?;
         let filter = search_filter(&principal, &query)?;
         let counts = state
-            .reader
+            .readers
+            .scoped(filter.tenant.as_deref())?
             .read(move |conn| crate::listing::counts(conn, &filter, group_by))
             .await?;
         Ok(json_response(&counts))
@@ -640,7 +646,8 @@ async fn sessions(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQu
         };
         let scope = filter.tenant.clone();
         let page = state
-            .reader
+            .readers
+            .scoped(scope.as_deref())?
             .read(move |conn| crate::listing::sessions(conn, &filter))
             .await?;
         let rows = page
@@ -683,7 +690,8 @@ async fn session(
         params::id("session_id", &session_id)?;
         let asked = (tenant.clone(), format!("session_id={session_id}"));
         let read = state
-            .reader
+            .readers
+            .scoped(tenant.as_deref())?
             .read(move |conn| {
                 crate::listing::session_timeline(
                     conn,
@@ -747,7 +755,8 @@ async fn stats(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery
             bucket_ns,
         };
         let stats = state
-            .reader
+            .readers
+            .scoped(filter.tenant.as_deref())?
             .read(move |conn| crate::stats::stats(conn, &filter))
             .await?;
         Ok(json_response(&stats))
@@ -762,7 +771,8 @@ async fn tools(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery
         let query = Query::parse(raw, &["tenant"])?;
         let tenant = principal.scope(query.get("tenant"))?;
         let tools = state
-            .reader
+            .readers
+            .scoped(tenant.as_deref())?
             .read(move |conn| crate::catalog::catalog(conn, tenant.as_deref()))
             .await?;
         Ok(json_response(&json!({ "tools": tools })))

@@ -68,6 +68,6 @@ pub use listing::{
     CountGroup, Counts, GroupBy, InvocationSummary, Page, PlannedRead, SearchFilter, SessionFilter,
     SessionSummary, SessionTimeline, counts, query_plan, search, session_timeline, sessions,
 };
-pub use reader::Reader;
+pub use reader::{Reader, Readers};
 pub use reconstruct::{Reconstruction, reconstruct};
 pub use stats::{Stats, StatsFilter, StatsRow, stats};

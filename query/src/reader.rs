@@ -2,14 +2,15 @@
 //!
 //! Each read takes a connection from a small pool (or opens one), runs on a `spawn_blocking`
 //! thread, and returns it. A connection is reused only while `current` still names its generation,
-//! so readers follow a rebuild on their next read.
+//! so readers follow a rebuild on their next read. A read that meets a damaged file is noted, so
+//! `/healthz` keeps saying so until `current` names another generation.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::Connection;
 use toolledger_projector::{Generations, Store};
-use toolledger_wire::partition::Partition;
+use toolledger_wire::partition::{Partition, Partitions};
 
 use crate::error::{Error, Result};
 
@@ -22,6 +23,8 @@ const POOL_SIZE: usize = 8;
 pub struct Reader {
     generations: Generations,
     pool: Mutex<Vec<Store>>,
+    /// A damaged file a read met: the generation it was in and what SQLite said.
+    damaged: Mutex<Option<(Option<u64>, String)>>,
 }
 
 impl Reader {
@@ -36,6 +39,7 @@ impl Reader {
         Arc::new(Self {
             generations: Generations::of(&data_dir, partition),
             pool: Mutex::new(Vec::new()),
+            damaged: Mutex::new(None),
         })
     }
 
@@ -55,11 +59,44 @@ impl Reader {
     pub fn read_blocking<T>(&self, read: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let store = self.checkout()?;
         let result = read(store.connection());
+        if let Err(error) = &result {
+            self.failed(error);
+        }
         let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
         if pool.len() < POOL_SIZE {
             pool.push(store);
         }
         result
+    }
+
+    /// The generations read.
+    pub fn generations(&self) -> &Generations {
+        &self.generations
+    }
+
+    /// Notes an error a read of this projection returned (by this reader, or over [`Reader::database`]):
+    /// a damaged file is reported by [`Reader::damage`] until `current` names another generation
+    /// (a damaged page can sit where a health check does not look).
+    pub fn failed(&self, error: &Error) {
+        if let Error::ProjectionUnavailable { .. } = error {
+            let generation = self.generations.current().ok().flatten().map(|g| g.number);
+            *self.damaged.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((generation, error.to_string()));
+        }
+    }
+
+    /// What a read found damaged in the generation `current` names now, if anything.
+    pub fn damage(&self, current: Option<u64>) -> Option<String> {
+        let mut damaged = self.damaged.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*damaged {
+            Some((number, detail)) if *number == current => Some(detail.clone()),
+            // `current` moved on (a rebuild): the damage was the old generation's.
+            Some(_) => {
+                *damaged = None;
+                None
+            }
+            None => None,
+        }
     }
 
     /// The current generation's database file (analysts' SQL opens its own sandboxed connection).
@@ -89,5 +126,76 @@ impl Reader {
         }
         drop(pool);
         Ok(Store::open_readonly(&current)?)
+    }
+}
+
+/// One [`Reader`] per partition of the ledger (`docs/scaling.md`): a tenant's rows are in its
+/// partition's projection only, so every tenant-scoped read goes to that partition's reader.
+#[derive(Debug, Clone)]
+pub struct Readers {
+    partitions: Partitions,
+    readers: Vec<Arc<Reader>>,
+}
+
+impl Readers {
+    /// The readers of every partition's projections under `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>, partitions: Partitions) -> Self {
+        let data_dir = data_dir.into();
+        Self {
+            partitions,
+            readers: partitions
+                .all()
+                .map(|p| Reader::of(data_dir.clone(), p))
+                .collect(),
+        }
+    }
+
+    /// How many partitions the ledger has.
+    pub fn partitions(&self) -> Partitions {
+        self.partitions
+    }
+
+    /// The reader of `partition` (one below the count: [`Readers::partition`] checks what a caller sends).
+    pub fn of(&self, partition: Partition) -> &Arc<Reader> {
+        &self.readers[usize::from(partition.index())]
+    }
+
+    /// Every partition's reader, p0 first.
+    pub fn all(&self) -> impl Iterator<Item = (Partition, &Arc<Reader>)> {
+        self.partitions.all().zip(&self.readers)
+    }
+
+    /// The reader of `tenant`'s partition. With no tenant, a ledger of one partition has one
+    /// projection to read; a partitioned one answers which tenant's: `tenant` is then required.
+    pub fn scoped(&self, tenant: Option<&str>) -> Result<&Arc<Reader>> {
+        match (tenant, self.partitions.count()) {
+            (_, 1) => Ok(&self.readers[0]),
+            (Some(tenant), _) => Ok(self.of(self.partitions.of(tenant))),
+            (None, count) => Err(Error::invalid(
+                "tenant",
+                format!(
+                    "required: the ledger has {count} partitions (ledger.partitions), each with its own \
+                     projection; name the tenant to read (docs/scaling.md)"
+                ),
+            )),
+        }
+    }
+
+    /// A partition a caller names by index, refused unless the ledger has it.
+    pub fn partition(&self, field: &str, value: &str) -> Result<Partition> {
+        value
+            .parse::<u16>()
+            .ok()
+            .filter(|index| *index < self.partitions.count())
+            .map(Partition::new)
+            .ok_or_else(|| {
+                Error::invalid(
+                    field,
+                    format!(
+                        "`{value}`: the ledger has partitions 0 to {} (ledger.partitions)",
+                        self.partitions.count() - 1
+                    ),
+                )
+            })
     }
 }

@@ -41,6 +41,20 @@ function filterForm(query, tenants, tools) {
   return form;
 }
 
+/** Asks for the tenant to list, with the server's reason (a partitioned ledger, docs/scaling.md). */
+function tenantForm(error) {
+  const input = h('input', { name: 'tenant', required: true, placeholder: 'tenant', 'data-filter': 'tenant' });
+  const form = h('form', { class: 'filters', 'data-test': 'tenant-required' },
+    h('p', {}, error.message),
+    h('label', {}, 'Tenant', input),
+    h('button', { type: 'submit', class: 'primary' }, 'List its sessions'));
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    location.hash = `#/sessions?${new URLSearchParams({ tenant: input.value.trim() })}`;
+  });
+  return form;
+}
+
 function chips(counts) {
   return h('span', { class: 'chips' }, Object.entries(counts).sort((a, b) => b[1] - a[1])
     .map(([state, n]) => h('span', { class: `chip ${stateClass(state)}`, title: state, 'data-state': state }, `${n} ${state}`)));
@@ -64,11 +78,19 @@ export async function renderSessions(view, query, stale) {
   const status = query.get('status') || null;
   const range = { from: rfc3339(query.get('from')), to: rfc3339(query.get('to')) };
   const filters = { tenant, tool_id: tool, status, ...range };
-  const [first, totals, catalog] = await Promise.all([
-    get('/v1/sessions', { ...filters, limit: PAGE }),
-    get('/v1/invocation-counts', { ...filters, group_by: 'state' }),
-    get('/v1/tools', { tenant }).catch(() => ({ tools: [] })),
-  ]);
+  let first, totals, catalog;
+  try {
+    [first, totals, catalog] = await Promise.all([
+      get('/v1/sessions', { ...filters, limit: PAGE }),
+      get('/v1/invocation-counts', { ...filters, group_by: 'state' }),
+      get('/v1/tools', { tenant }).catch(() => ({ tools: [] })),
+    ]);
+  } catch (error) {
+    // A partitioned ledger keeps each tenant in its own partition: an admin names the tenant to list.
+    if (stale() || tenant || error.field !== 'tenant') throw error;
+    view.append(h('h1', {}, 'Sessions'), tenantForm(error));
+    return;
+  }
   if (stale()) return;
   // The tenants this token can read, as the server showed them; an admin may narrow to one.
   const tenants = [...new Set([...catalog.tools.map((t) => t.tenant), ...first.items.map((s) => s.tenant),

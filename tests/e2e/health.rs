@@ -19,11 +19,11 @@ use serde_json::Value;
 use toolledger_projector::{Generations, Store};
 use toolledger_testkit::{ChildProcess, NatsFixture, append_events, generated};
 
-use crate::query::{Reply, request, send};
+use crate::query::{Reply, post_sql, request};
 use crate::toolledger;
 
 /// The address printed after `marker` (`http://<addr>/…`).
-fn printed_addr(process: &mut ChildProcess, marker: &str) -> SocketAddr {
+pub(crate) fn printed_addr(process: &mut ChildProcess, marker: &str) -> SocketAddr {
     assert!(
         process.wait_for_output(marker, Duration::from_secs(60)),
         "no `{marker}`\n{}\n{}",
@@ -104,14 +104,7 @@ fn component(report: &Value, name: &str) -> (bool, String) {
 
 fn sql(addr: SocketAddr, statement: &str) -> Reply {
     let body = serde_json::json!({ "sql": statement }).to_string();
-    send(
-        addr,
-        "POST",
-        "/v1/sql",
-        None,
-        "Content-Type: application/json\r\n",
-        &body,
-    )
+    post_sql(addr, None, &body)
 }
 
 fn error_code(reply: &Reply) -> String {

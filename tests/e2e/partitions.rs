@@ -310,6 +310,8 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     ]);
     assert!(ok, "verify-bundle failed\n{out}\n{err}");
 
+    serve_reads_each_tenant_in_its_partition(&env, &url, partitions, tenant, &session, &verifiers);
+
     // The CLI's readers of the projections find a tenant in its partition's; without a tenant
     // they say what to add.
     let (ok, out, err) = env.run(&["session", &session, "--tenant", tenant, "--json"]);
@@ -505,14 +507,134 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
 }
 
 #[test]
-fn up_and_the_other_readers_refuse_more_than_one_partition_until_they_follow_them() {
+fn up_refuses_more_than_one_partition_until_it_follows_them() {
     let env = Env::new(4);
     let (ok, out, err) = env.run(&["up"]);
     assert!(!ok, "up ran with four partitions\n{out}");
     assert!(err.contains("ledger.partitions = 4"), "{err}");
-    // So does the query service, which reads one projection.
-    let (ok, _, err) = env.run(&["serve"]);
-    assert!(!ok && err.contains("reads one ledger partition"), "serve: {err}");
+}
+
+/// `toolledger serve` over the partitioned ledger: a tenant's reads, bundles and replays come from
+/// its partition; checkpoints and proofs from the partition (or directory) named; an admin's
+/// listing without a tenant is a 400 saying what to add; `/healthz` names each partition.
+fn serve_reads_each_tenant_in_its_partition(
+    env: &Env,
+    url: &str,
+    partitions: Partitions,
+    tenant: &str,
+    session: &str,
+    verifiers: &toolledger_merkle::Verifiers,
+) {
+    use crate::query::{post_sql, request};
+    let mut serve = env.spawn(&[
+        "serve",
+        "--insecure-local",
+        "--listen",
+        "127.0.0.1:0",
+        "--nats-url",
+        url,
+    ]);
+    let addr = crate::health::printed_addr(&mut serve, "api at http://");
+    let home = partitions.of(tenant);
+    let get = |path: &str| request(addr, "GET", path, None);
+
+    let sessions = get(&format!("/v1/sessions?tenant={tenant}"));
+    assert_eq!(sessions.status, 200, "{}", sessions.body);
+    assert!(sessions.body.contains(session), "{}", sessions.body);
+    let found = get(&format!("/v1/invocations?tenant={tenant}&session_id={session}"));
+    assert_eq!(found.status, 200, "{}", found.body);
+    assert!(
+        !found.json()["items"].as_array().unwrap().is_empty(),
+        "{}",
+        found.body
+    );
+    let unscoped = get("/v1/sessions");
+    assert_eq!(unscoped.status, 400, "{}", unscoped.body);
+    assert_eq!(unscoped.json()["error"]["field"], "tenant", "{}", unscoped.body);
+    assert!(unscoped.body.contains("3 partitions"), "{}", unscoped.body);
+
+    // An admin's bundle without a tenant finds the session's owner in whichever partition holds it;
+    // it is proved in that partition's log and verifies offline.
+    let bundle = get(&format!("/v1/sessions/{session}/bundle"));
+    assert_eq!(bundle.status, 200, "{}", bundle.body);
+    let path = env.data.path().join("served.bundle");
+    std::fs::write(&path, &bundle.body).unwrap();
+    let key = env.data.path().join("keys/checkpoint.pub");
+    let (ok, out, err) = env.run(&[
+        "verify-bundle",
+        path.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(ok, "verify-bundle of the served bundle failed\n{out}\n{err}");
+    assert!(
+        bundle.body.contains(&format!("/{home}")),
+        "the partition's origin"
+    );
+
+    let replayed = get(&format!("/v1/sessions/{session}/replay?tenant={tenant}&speed=0"));
+    assert_eq!(replayed.status, 200, "{}", replayed.body);
+    let lines: Vec<serde_json::Value> = replayed
+        .body
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(
+        !lines.is_empty() && lines.iter().all(|line| line["seq"].is_u64()),
+        "every line an entry of the session, none an error: {}",
+        replayed.body
+    );
+
+    // Checkpoints and proofs of the log named: a partition by index, or the directory.
+    for (log, origin) in [
+        (home.index().to_string(), format!("/{home}")),
+        ("directory".to_owned(), "/directory".to_owned()),
+    ] {
+        let checkpoint = get(&format!("/v1/checkpoints/latest?partition={log}"));
+        assert_eq!(checkpoint.status, 200, "{}", checkpoint.body);
+        let note = checkpoint.json()["note"].as_str().unwrap().to_owned();
+        assert!(note.lines().next().unwrap().ends_with(&origin), "{note}");
+        let proof = get(&format!("/v1/proofs/inclusion?seq=1&partition={log}"));
+        assert_eq!(proof.status, 200, "{}", proof.body);
+        let proof: toolledger_verify::InclusionOutput = serde_json::from_str(&proof.body).unwrap();
+        proof.check(verifiers).unwrap();
+        assert!(proof.checkpoint.lines().next().unwrap().ends_with(&origin));
+    }
+    let beyond = get("/v1/checkpoints/latest?partition=3");
+    assert_eq!(beyond.status, 400, "{}", beyond.body);
+    assert_eq!(beyond.json()["error"]["field"], "partition");
+
+    // Analysts' SQL: a tenant's in its partition; an admin's names the partition it reads.
+    let sql = |body: &str| post_sql(addr, None, body);
+    let scoped = sql(&format!(
+        r#"{{"sql": "SELECT count(*) AS n FROM events", "tenant": "{tenant}"}}"#
+    ));
+    assert_eq!(scoped.status, 200, "{}", scoped.body);
+    assert!(
+        scoped.json()["rows"][0][0].as_u64().unwrap() > 0,
+        "{}",
+        scoped.body
+    );
+    let admin = sql(&format!(
+        r#"{{"sql": "SELECT DISTINCT tenant FROM events", "partition": {}}}"#,
+        home.index()
+    ));
+    assert_eq!(admin.status, 200, "{}", admin.body);
+    assert!(admin.body.contains(tenant), "{}", admin.body);
+    let unnamed = sql(r#"{"sql": "SELECT 1"}"#);
+    assert_eq!(unnamed.status, 400, "{}", unnamed.body);
+    assert_eq!(unnamed.json()["error"]["field"], "partition", "{}", unnamed.body);
+
+    // Health names each partition's projection and projector (none runs now: they say stopped).
+    let health = get("/healthz").json();
+    for partition in partitions.all() {
+        let projection = &health["components"][partition.file_name("projection")];
+        assert_eq!(projection["ok"], true, "{partition}: {health}");
+        let projector = &health["components"][partition.file_name("projector")];
+        assert_eq!(projector["ok"], false, "{partition}: {health}");
+    }
+    let status = serve.terminate(Duration::from_secs(30)).expect("serve stops");
+    assert!(status.success(), "{}", serve.stderr());
 }
 
 /// Two ingest processes' data directories, each with the ledger's one signing key (from `data`) and

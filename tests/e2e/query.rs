@@ -45,6 +45,18 @@ pub(crate) fn request(addr: SocketAddr, method: &str, path: &str, token: Option<
     send(addr, method, path, token, "", "")
 }
 
+/// `POST /v1/sql` with a JSON `body`.
+pub(crate) fn post_sql(addr: SocketAddr, token: Option<&str>, body: &str) -> Reply {
+    send(
+        addr,
+        "POST",
+        "/v1/sql",
+        token,
+        "Content-Type: application/json\r\n",
+        body,
+    )
+}
+
 /// A request with extra header lines (each ending in CRLF) and a body. Streamed replies come
 /// chunked (HTTP/1.1 transfer coding) and are de-chunked here.
 pub(crate) fn send(
@@ -1420,16 +1432,7 @@ fn a_tenant_token_reads_nothing_of_another_tenant_and_every_read_is_recorded() {
     }
 
     // SQL: acme's token sees acme's views only, whatever the statement tries.
-    let sql = |token: &str, body: Value| {
-        send(
-            api,
-            "POST",
-            "/v1/sql",
-            Some(token),
-            "Content-Type: application/json\r\n",
-            &body.to_string(),
-        )
-    };
+    let sql = |token: &str, body: Value| post_sql(api, Some(token), &body.to_string());
     let readable = [
         "SELECT * FROM invocations",
         "SELECT * FROM events",

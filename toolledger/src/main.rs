@@ -145,23 +145,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // The readers of a single ledger stream; the partitions after p0 are not theirs yet.
-    let one_stream = match &cli.command {
-        Command::Up(_) => Some("up"),
-        Command::Serve(_) => Some("serve"),
-        _ => None,
-    };
-    if let Some(command) = one_stream
-        && config.ledger.partitions > 1
-    {
+    // `up` runs one process of everything; over a partitioned ledger the demo and the readers it
+    // starts are not partition-aware yet.
+    if matches!(&cli.command, Command::Up(_)) && config.ledger.partitions > 1 {
         eprintln!(
-            "toolledger {command}: ledger.partitions = {}: this command reads one ledger partition \
-             until the readers follow every partition (docs/scaling.md); `toolledger ingest` writes \
-             a partitioned ledger, `toolledger project` and `rebuild` project every partition, \
-             `toolledger verify` checks every partition, `toolledger prove` proves in any, \
-             `toolledger bundle` bundles from a tenant's, `toolledger export` exports every partition, and \
-             show, session, search, stats, query and replay read a tenant's partition, backup and \
-             restore take every partition, erase finds a tenant in its, and doctor checks each",
+            "toolledger up: ledger.partitions = {}: `up` runs a single-partition ledger; run \
+             `toolledger ingest`, `project`, `export` and `serve`, which take every partition \
+             (docs/scaling.md)",
             config.ledger.partitions
         );
         return ExitCode::FAILURE;

@@ -9,6 +9,11 @@
 //!                                        ─▶ events: seqs of (tenant, id) ─▶ build_bundle ─▶ the bytes
 //!                                           `toolledger bundle` writes (application/json; recorded)
 //! ```
+//!
+//! In a partitioned ledger (`docs/scaling.md`) each partition is its own log: checkpoints and proofs
+//! take `partition=K` (p0 when absent) or `partition=directory` (the directory over them, whose
+//! entries are partitions' sizes and roots: any valid token), and a bundle is proved in its
+//! tenant's partition.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
@@ -17,15 +22,92 @@ use axum::response::{IntoResponse, Response};
 use rusqlite::{Connection, OptionalExtension};
 use toolledger_verify::bundle::{BundleRequest, Selection, build_bundle};
 
+use toolledger_verify::ProveSource;
+use toolledger_wire::partition::Partition;
+
 use super::{ApiState, LedgerAccess, Query, Shared, finish, json_response, path_id};
 use crate::auth::Access;
 use crate::error::{Error, Result};
 use crate::params;
 
+/// The log a checkpoint or proof route reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Log {
+    Partition(Partition),
+    Directory,
+}
+
 impl ApiState {
     /// The ledger, or 503 `no_ledger` naming what needed it.
     pub(super) fn ledger(&self, what: &'static str) -> Result<&LedgerAccess> {
         self.ledger.as_ref().ok_or(Error::NoLedger { what })
+    }
+
+    /// The log `partition` names: an index below the ledger's count, or `directory` over a
+    /// partitioned ledger; p0 when absent.
+    fn log(&self, query: &Query) -> Result<Log> {
+        match query.get("partition") {
+            None => Ok(Log::Partition(Partition::ZERO)),
+            Some("directory") if self.readers.partitions().count() > 1 => Ok(Log::Directory),
+            Some("directory") => Err(Error::invalid(
+                "partition",
+                "a ledger of one partition has no directory (ledger.partitions)",
+            )),
+            Some(index) => Ok(Log::Partition(self.readers.partition("partition", index)?)),
+        }
+    }
+
+    /// The tenant an admin means when it names none: the only tenant with entries for `id` in
+    /// `column` (`invocation_id` or `session_id`) in any partition's projection.
+    pub(super) async fn owner_tenant(
+        &self,
+        column: &'static str,
+        what: &'static str,
+        id: &str,
+    ) -> Result<String> {
+        let mut tenants = Vec::new();
+        let mut unprojected = None;
+        for (_, reader) in self.readers.all() {
+            let lookup = id.to_owned();
+            match reader
+                .read(move |conn| owner_tenants(conn, column, &lookup))
+                .await
+            {
+                Ok(found) => tenants.extend(found),
+                // A partition not projected yet holds nothing an admin could mean, unless none does.
+                Err(error @ Error::NoProjection { .. }) if self.readers.partitions().count() > 1 => {
+                    unprojected = Some(error);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        tenants.sort();
+        tenants.dedup();
+        match (tenants.as_slice(), unprojected) {
+            ([tenant], _) => Ok(tenant.clone()),
+            ([], Some(error)) => Err(error),
+            ([], None) => Err(Error::NotFound {
+                what,
+                id: id.to_owned(),
+            }),
+            _ => Err(Error::invalid(
+                "tenant",
+                format!("required: {what} `{id}` exists in several tenants"),
+            )),
+        }
+    }
+}
+
+impl LedgerAccess {
+    /// The proof source of `log`.
+    fn source(&self, log: Log) -> Result<&ProveSource> {
+        let source = match log {
+            Log::Partition(partition) => self.logs.get(usize::from(partition.index())),
+            Log::Directory => self.directory.as_ref(),
+        };
+        source.ok_or(Error::NoLedger {
+            what: "this partition's log",
+        })
     }
 }
 
@@ -51,9 +133,10 @@ pub(super) async fn latest_checkpoint(
 ) -> Response {
     let result = async {
         state.authenticate(&headers)?;
-        Query::parse(raw, &[])?;
+        let query = Query::parse(raw, &["partition"])?;
+        let log = state.log(&query)?;
         let ledger = state.ledger("checkpoints")?;
-        let signed = toolledger_verify::signed_checkpoint(&ledger.js, &ledger.source, None).await?;
+        let signed = toolledger_verify::signed_checkpoint(&ledger.js, ledger.source(log)?, None).await?;
         Ok(json_response(&signed))
     }
     .await;
@@ -72,9 +155,11 @@ pub(super) async fn checkpoint(
         let size: u64 = size
             .parse()
             .map_err(|_| Error::invalid("size", format!("`{size}` is not a tree size (or `latest`)")))?;
-        Query::parse(raw, &[])?;
+        let query = Query::parse(raw, &["partition"])?;
+        let log = state.log(&query)?;
         let ledger = state.ledger("checkpoints")?;
-        let signed = toolledger_verify::signed_checkpoint(&ledger.js, &ledger.source, Some(size)).await?;
+        let signed =
+            toolledger_verify::signed_checkpoint(&ledger.js, ledger.source(log)?, Some(size)).await?;
         Ok(json_response(&signed))
     }
     .await;
@@ -88,10 +173,11 @@ pub(super) async fn consistency(
 ) -> Response {
     let result = async {
         state.authenticate(&headers)?;
-        let query = Query::parse(raw, &["from", "to"])?;
+        let query = Query::parse(raw, &["from", "to", "partition"])?;
         let (from, to) = (required(&query, "from")?, required(&query, "to")?);
+        let log = state.log(&query)?;
         let ledger = state.ledger("consistency proofs")?;
-        let proof = toolledger_verify::prove_consistency(&ledger.js, &ledger.source, from, to).await?;
+        let proof = toolledger_verify::prove_consistency(&ledger.js, ledger.source(log)?, from, to).await?;
         Ok(json_response(&proof))
     }
     .await;
@@ -123,25 +209,37 @@ fn entry_owner(conn: &Connection, seq: u64) -> Result<Option<EntryOwner>> {
 pub(super) async fn inclusion(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
     let result = async {
         let principal = state.authenticate(&headers)?;
-        let query = Query::parse(raw, &["seq", "size"])?;
+        let query = Query::parse(raw, &["seq", "size", "partition"])?;
         let seq = required(&query, "seq")?;
         let size = number(&query, "size")?;
+        let log = state.log(&query)?;
         let ledger = state.ledger("inclusion proofs")?;
-        let owner = state.reader.read(move |conn| entry_owner(conn, seq)).await?;
+        let owner = match log {
+            Log::Partition(partition) => {
+                state
+                    .readers
+                    .of(partition)
+                    .read(move |conn| entry_owner(conn, seq))
+                    .await?
+            }
+            // The directory's entries are partitions' sizes and roots, no tenant's data.
+            Log::Directory => None,
+        };
         // The proof carries the entry itself: a tenant token sees only its tenants' entries, and an
         // entry it may not read is indistinguishable from one that does not exist.
-        let readable = match (&principal.access, &owner) {
-            (Access::Admin, _) => true,
-            (Access::Tenants(allowed), Some((tenant, _, _))) => allowed.contains(tenant),
-            (Access::Tenants(_), None) => false,
-        };
+        let readable = log == Log::Directory
+            || match (&principal.access, &owner) {
+                (Access::Admin, _) => true,
+                (Access::Tenants(allowed), Some((tenant, _, _))) => allowed.contains(tenant),
+                (Access::Tenants(_), None) => false,
+            };
         if !readable {
             return Err(Error::NotFound {
                 what: "ledger entry",
                 id: seq.to_string(),
             });
         }
-        let proof = toolledger_verify::prove_inclusion(&ledger.js, &ledger.source, seq, size).await?;
+        let proof = toolledger_verify::prove_inclusion(&ledger.js, ledger.source(log)?, seq, size).await?;
         if let Some((tenant, invocation, session)) = owner
             && params::tenant(&tenant).is_ok()
         {
@@ -160,14 +258,9 @@ pub(super) async fn inclusion(State(state): Shared, headers: HeaderMap, RawQuery
     finish(&state, "inclusion", result)
 }
 
-/// The tenant an admin means when it names none: the only tenant with entries for `id` in
-/// `column` (`invocation_id` or `session_id`).
-pub(super) fn owner_tenant(
-    conn: &Connection,
-    column: &'static str,
-    what: &'static str,
-    id: &str,
-) -> Result<String> {
+/// The tenants with entries for `id` in `column` (`invocation_id` or `session_id`): two at most,
+/// which is enough to know the id is not one tenant's.
+fn owner_tenants(conn: &Connection, column: &'static str, id: &str) -> Result<Vec<String>> {
     let sql = |source| Error::Sql {
         context: "owner tenant",
         source,
@@ -177,22 +270,11 @@ pub(super) fn owner_tenant(
             "SELECT DISTINCT tenant FROM events WHERE {column} = ?1 AND tenant IS NOT NULL LIMIT 2"
         ))
         .map_err(sql)?;
-    let tenants: Vec<String> = statement
+    statement
         .query_map([id], |r| r.get(0))
         .map_err(sql)?
         .collect::<rusqlite::Result<_>>()
-        .map_err(sql)?;
-    match tenants.as_slice() {
-        [tenant] => Ok(tenant.clone()),
-        [] => Err(Error::NotFound {
-            what,
-            id: id.to_owned(),
-        }),
-        _ => Err(Error::invalid(
-            "tenant",
-            format!("required: {what} `{id}` exists in several tenants"),
-        )),
-    }
+        .map_err(sql)
 }
 
 fn seqs(conn: &Connection, column: &'static str, tenant: &str, id: &str) -> Result<Vec<u64>> {
@@ -264,18 +346,19 @@ async fn bundle(
         let tenant = principal.scope(query.get("tenant"))?;
         params::id(field, &id)?;
         let ledger = state.ledger("bundles")?;
-        let lookup_id = id.clone();
-        let (tenant, seqs) = state
-            .reader
-            .read(move |conn| {
-                let tenant = match tenant {
-                    Some(tenant) => tenant,
-                    None => owner_tenant(conn, column, what, &lookup_id)?,
-                };
-                let seqs = seqs(conn, column, &tenant, &lookup_id)?;
-                Ok((tenant, seqs))
-            })
+        let tenant = match tenant {
+            Some(tenant) => tenant,
+            None => state.owner_tenant(column, what, &id).await?,
+        };
+        // A tenant's entries are in its partition: its projection, its log.
+        let partition = state.readers.partitions().of(&tenant);
+        let (lookup_tenant, lookup_id) = (tenant.clone(), id.clone());
+        let seqs = state
+            .readers
+            .of(partition)
+            .read(move |conn| seqs(conn, column, &lookup_tenant, &lookup_id))
             .await?;
+        let source = ledger.source(Log::Partition(partition))?;
         if seqs.is_empty() {
             return Err(Error::NotFound { what, id });
         }
@@ -297,7 +380,7 @@ async fn bundle(
         // An auditor holding the checkpoint of `since_size` gets the proof that the ledger only grew.
         let since_checkpoint = match since_size {
             Some(size) => Some(
-                toolledger_verify::signed_checkpoint(&ledger.js, &ledger.source, Some(size))
+                toolledger_verify::signed_checkpoint(&ledger.js, source, Some(size))
                     .await?
                     .note,
             ),
@@ -308,9 +391,14 @@ async fn bundle(
             seqs,
             since_checkpoint,
             blobs,
-            witness_policy: ledger.witness_policy.clone(),
+            // Witnesses cosign p0 only for now (docs/scaling.md): other partitions' bundles carry
+            // their own signed checkpoint without cosignatures.
+            witness_policy: ledger
+                .witness_policy
+                .clone()
+                .filter(|_| partition == Partition::ZERO),
         };
-        let built = build_bundle(&ledger.js, &ledger.source, &request).await?;
+        let built = build_bundle(&ledger.js, source, &request).await?;
         let row = if what == "invocation" {
             (tenant, Some(id), None)
         } else {

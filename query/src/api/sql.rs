@@ -58,6 +58,8 @@ const MAX_TIMEOUT_MS: u64 = 10_000;
 struct SqlRequest {
     sql: String,
     tenant: Option<String>,
+    /// An admin's statement over a partitioned ledger: the partition whose projection it reads.
+    partition: Option<u16>,
     max_rows: Option<u64>,
     timeout_ms: Option<u64>,
 }
@@ -220,7 +222,7 @@ pub(super) async fn sql(State(state): Shared, headers: HeaderMap, body: Bytes) -
         let request: SqlRequest = serde_json::from_slice(&body).map_err(|e| {
             Error::invalid(
                 "body",
-                format!("expected {{\"sql\": …, \"tenant\"?, \"max_rows\"?, \"timeout_ms\"?}}: {e}"),
+                format!("expected {{\"sql\": …, \"tenant\"?, \"partition\"?, \"max_rows\"?, \"timeout_ms\"?}}: {e}"),
             )
         })?;
         let limits = request.limits()?;
@@ -232,7 +234,8 @@ pub(super) async fn sql(State(state): Shared, headers: HeaderMap, body: Bytes) -
             (Access::Tenants(_), SqlScope::Tenant(tenant)) => tenant.as_str(),
             _ => ADMINS,
         };
-        let database = state.reader.database()?;
+        let reader = statement_reader(&state, &scope, request.partition)?;
+        let database = reader.database()?;
         let slot = state.sql_slots.acquire(owner).await?;
         let interrupt = slot.interrupt.clone();
         let client_gone = CancelOnDrop(Some(interrupt.clone()));
@@ -245,8 +248,9 @@ pub(super) async fn sql(State(state): Shared, headers: HeaderMap, body: Bytes) -
         client_gone.disarm();
         let outcome = outcome
             .map_err(|e| Error::Task(e.to_string()))?
-            .map_err(Error::from)?;
-        record(&state, &principal, &scope, &request.sql, &outcome).await?;
+            .map_err(Error::from)
+            .inspect_err(|error| reader.failed(error))?;
+        record(&state, &principal, (&scope, request.partition), &request.sql, &outcome).await?;
         Ok(json_response(&outcome))
     }
     .await;
@@ -260,7 +264,7 @@ pub(super) async fn sql(State(state): Shared, headers: HeaderMap, body: Bytes) -
 async fn record(
     state: &Arc<ApiState>,
     principal: &Principal,
-    scope: &SqlScope,
+    (scope, partition): (&SqlScope, Option<u16>),
     statement: &str,
     outcome: &SqlResult,
 ) -> Result<()> {
@@ -289,13 +293,52 @@ async fn record(
                 }
             }
             if column.is_none() || (!found && rows > 0) {
-                for tenant in state.reader.read(known_tenants).await? {
+                let reader = statement_reader(state, scope, partition)?;
+                for tenant in reader.read(known_tenants).await? {
                     reads.rows(tenant, rows);
                 }
             }
         }
     }
     state.publish(reads).await
+}
+
+/// The projection a statement reads: its tenant's partition's, or the one an admin names (`partition`,
+/// required over a partitioned ledger: each partition has its own projection).
+fn statement_reader<'a>(
+    state: &'a ApiState,
+    scope: &SqlScope,
+    partition: Option<u16>,
+) -> Result<&'a Arc<crate::reader::Reader>> {
+    let readers = &state.readers;
+    match (scope, partition) {
+        (SqlScope::Tenant(tenant), None) => readers.scoped(Some(tenant)),
+        (SqlScope::Tenant(tenant), Some(index)) => {
+            let named = readers.partition("partition", &index.to_string())?;
+            let home = readers.partitions().of(tenant);
+            if named == home {
+                Ok(readers.of(home))
+            } else {
+                Err(Error::invalid(
+                    "partition",
+                    format!(
+                        "tenant `{tenant}` lives in partition {}, not {index}",
+                        home.index()
+                    ),
+                ))
+            }
+        }
+        (SqlScope::Admin, Some(index)) => Ok(readers.of(readers.partition("partition", &index.to_string())?)),
+        (SqlScope::Admin, None) if readers.partitions().count() == 1 => readers.scoped(None),
+        (SqlScope::Admin, None) => Err(Error::invalid(
+            "partition",
+            format!(
+                "required: the ledger has {} partitions (ledger.partitions), each with its own \
+                 projection; name the tenant or the partition the statement reads (docs/scaling.md)",
+                readers.partitions().count()
+            ),
+        )),
+    }
 }
 
 /// Every producer tenant with entries in the projection.

@@ -17,9 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::json;
-use toolledger_wire::streams::LEDGER;
 
-use super::evidence::owner_tenant;
 use super::{Query, Shared, finish, path_id};
 use crate::error::{Error, Result};
 use crate::params;
@@ -97,24 +95,24 @@ pub(super) async fn replay(
         let tenant = principal.scope(query.get("tenant"))?;
         params::id("session_id", &session_id)?;
         let ledger = state.ledger("replay")?.js.clone();
-        let id = session_id.clone();
-        let (tenant, planned) = state
-            .reader
-            .read(move |conn| {
-                let tenant = match tenant {
-                    Some(tenant) => tenant,
-                    None => owner_tenant(conn, "session_id", "session", &id)?,
-                };
-                let planned = crate::replay::plan(conn, &tenant, &id)?;
-                Ok((tenant, planned))
-            })
+        let tenant = match tenant {
+            Some(tenant) => tenant,
+            None => state.owner_tenant("session_id", "session", &session_id).await?,
+        };
+        // A tenant's entries are in its partition: its projection, its stream.
+        let partition = state.readers.partitions().of(&tenant);
+        let (lookup_tenant, id) = (tenant.clone(), session_id.clone());
+        let planned = state
+            .readers
+            .of(partition)
+            .read(move |conn| crate::replay::plan(conn, &lookup_tenant, &id))
             .await?;
         // Recorded before the first byte: the caller reads the whole session once it starts.
         let rows = std::iter::repeat_n((tenant, None, Some(session_id)), planned.len());
         state
             .record(&principal, "GET /v1/sessions/{session_id}/replay", None, rows)
             .await?;
-        let body = crate::replay::replay(ledger, LEDGER.to_owned(), planned, pace).scan(
+        let body = crate::replay::replay(ledger, partition.stream(), planned, pace).scan(
             false,
             move |failed, item| {
                 let chunk = match (*failed, item) {

@@ -79,6 +79,7 @@ pub async fn serve(
             blob_store_url: None,
             access_log,
             ledger: None,
+            partitions: Default::default(),
         },
         Telemetry::new(),
         async {

@@ -11,6 +11,7 @@ fn options(listen: &str, insecure_local: bool) -> ApiOptions {
         blob_store_url: None,
         access_log: None,
         ledger: None,
+        partitions: Default::default(),
     }
 }
 

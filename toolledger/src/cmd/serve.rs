@@ -14,6 +14,8 @@ use std::net::SocketAddr;
 use toolledger_core::config::Config;
 use toolledger_core::telemetry::Telemetry;
 use toolledger_query::{ApiOptions, Tokens};
+use toolledger_wire::directory;
+use toolledger_wire::partition::Partitions;
 
 /// Flags of `toolledger serve`.
 #[derive(clap::Args)]
@@ -43,25 +45,46 @@ pub fn options(
         blob_store_url: Some(config.blob_store_url()),
         access_log: None,
         ledger: None,
+        partitions: Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?,
     })
 }
 
-/// The ledger as the API's replay, checkpoint, proof and bundle routes read it: the configured
-/// streams, verifier keys and tiles, over `js`.
+/// The ledger as the API's replay, checkpoint, proof and bundle routes read it: every partition's
+/// log (stream, origin, tiles) and the directory's over them, with the configured verifier keys,
+/// over `js`.
 pub fn ledger_access(
     config: &Config,
     js: async_nats::jetstream::Context,
 ) -> anyhow::Result<toolledger_query::LedgerAccess> {
+    let verifiers = super::verify::load_verifiers(config, None)?;
+    let source = |(stream, origin, tiles): (String, String, Option<toolledger_merkle::TileStore>)| {
+        toolledger_verify::ProveSource {
+            ledger_stream: stream,
+            checkpoint_stream: toolledger_wire::streams::CHECKPOINTS.to_owned(),
+            verifiers: verifiers.clone(),
+            origin: Some(origin),
+            tiles,
+            trusted: Default::default(),
+        }
+    };
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    let logs = partitions
+        .all()
+        .map(|partition| super::prove::partition_log(config, partition, None).map(source))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let directory = if partitions.count() > 1 {
+        Some(source((
+            directory::STREAM.to_owned(),
+            directory::origin(&config.ledger.origin),
+            super::verify::tiles_at(&directory::tiles(&config.tiles_location()), false)?,
+        )))
+    } else {
+        None
+    };
     Ok(toolledger_query::LedgerAccess {
         js,
-        source: toolledger_verify::ProveSource {
-            ledger_stream: toolledger_wire::streams::LEDGER.to_owned(),
-            checkpoint_stream: toolledger_wire::streams::CHECKPOINTS.to_owned(),
-            verifiers: super::verify::load_verifiers(config, None)?,
-            origin: Some(config.ledger.origin.clone()),
-            tiles: super::verify::tile_store(config, None, false)?,
-            trusted: Default::default(),
-        },
+        logs,
+        directory,
         witness_policy: super::verify::WitnessPolicyArgs::default().policy(Some(config))?,
     })
 }
