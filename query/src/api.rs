@@ -36,7 +36,7 @@ use serde::Serialize;
 use serde_json::json;
 use toolledger_core::telemetry::Telemetry;
 use toolledger_ledger::BlobStore;
-use toolledger_wire::partition::Partitions;
+use toolledger_wire::partition::{Partition, Partitions};
 
 use crate::access::{AccessLog, Reads};
 use crate::auth::{Principal, Tokens};
@@ -486,11 +486,21 @@ async fn invocation(
         };
         params::id("invocation_id", &invocation_id)?;
         let asked = (tenant.clone(), format!("invocation_id={invocation_id}"));
-        let read = state
-            .readers
-            .scoped(tenant.as_deref())?
-            .read(move |conn| crate::reconstruct::reconstruct(conn, tenant.as_deref(), &invocation_id))
-            .await;
+        let read = match state
+            .owner_if_partitioned(tenant, "invocation_id", "invocation", &invocation_id)
+            .await
+        {
+            Ok(tenant) => {
+                state
+                    .readers
+                    .scoped(tenant.as_deref())?
+                    .read(move |conn| {
+                        crate::reconstruct::reconstruct(conn, tenant.as_deref(), &invocation_id)
+                    })
+                    .await
+            }
+            Err(error) => Err(error),
+        };
         let mut reconstruction = match read {
             Err(error @ Error::NotFound { .. }) => {
                 let (scope, query) = asked;
@@ -508,6 +518,17 @@ async fn invocation(
             }
             read => read?,
         };
+        let home = state.readers.partitions().of(&reconstruction.tenant);
+        if home != Partition::ZERO && !reconstruction.payloads.is_empty() {
+            reconstruction = state
+                .readers
+                .of(Partition::ZERO)
+                .read(move |conn| {
+                    crate::reconstruct::erasures(conn, &mut reconstruction)?;
+                    Ok(reconstruction)
+                })
+                .await?;
+        }
         if check && let Some(blobs) = &state.blobs {
             crate::payloads::check(blobs, &mut reconstruction, content).await;
         }
@@ -689,19 +710,27 @@ async fn session(
         let cursor = query.owned("cursor");
         params::id("session_id", &session_id)?;
         let asked = (tenant.clone(), format!("session_id={session_id}"));
-        let read = state
-            .readers
-            .scoped(tenant.as_deref())?
-            .read(move |conn| {
-                crate::listing::session_timeline(
-                    conn,
-                    tenant.as_deref(),
-                    &session_id,
-                    limit,
-                    cursor.as_deref(),
-                )
-            })
-            .await;
+        let read = match state
+            .owner_if_partitioned(tenant, "session_id", "session", &session_id)
+            .await
+        {
+            Ok(tenant) => {
+                state
+                    .readers
+                    .scoped(tenant.as_deref())?
+                    .read(move |conn| {
+                        crate::listing::session_timeline(
+                            conn,
+                            tenant.as_deref(),
+                            &session_id,
+                            limit,
+                            cursor.as_deref(),
+                        )
+                    })
+                    .await
+            }
+            Err(error) => Err(error),
+        };
         let timeline = match read {
             Err(error @ Error::NotFound { .. }) => {
                 let (scope, query) = asked;

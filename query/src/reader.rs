@@ -57,7 +57,7 @@ impl Reader {
 
     /// Runs `read` on this thread (benchmarks, or callers already on a blocking thread).
     pub fn read_blocking<T>(&self, read: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let store = self.checkout()?;
+        let store = self.checkout().inspect_err(|error| self.failed(error))?;
         let result = read(store.connection());
         if let Err(error) = &result {
             self.failed(error);

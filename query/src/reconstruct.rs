@@ -711,6 +711,27 @@ pub fn retry_guidance(class: Option<&str>, error: &Value) -> RetryGuidance {
     }
 }
 
+/// The erasure that removed `blob_id` of `tenant`, if one did.
+fn erasure_of(conn: &Connection, tenant: &str, blob_id: &str) -> Result<Option<String>> {
+    conn.prepare_cached("SELECT erasure_id FROM erased_blobs WHERE tenant = ?1 AND blob_id = ?2")
+        .and_then(|mut s| s.query_row(params![tenant, blob_id], |row| row.get(0)).optional())
+        .sql("erasures")
+}
+
+/// Fills in the erasures of `reconstruction`'s payloads from `conn`'s `erased_blobs`: in a
+/// partitioned ledger erasure records (tenant `_system`) are projected in p0's projection, not in
+/// the tenant's partition's the reconstruction was read from (docs/scaling.md).
+pub fn erasures(conn: &Connection, reconstruction: &mut Reconstruction) -> Result<()> {
+    for payload in reconstruction
+        .payloads
+        .iter_mut()
+        .filter(|p| p.erasure_id.is_none())
+    {
+        payload.erasure_id = erasure_of(conn, &reconstruction.tenant, &payload.blob_id)?;
+    }
+    Ok(())
+}
+
 fn payload_refs(conn: &Connection, tenant: &str, invocation_id: &str) -> Result<Vec<PayloadReport>> {
     let mut statement = conn
         .prepare_cached(
@@ -729,14 +750,7 @@ fn payload_refs(conn: &Connection, tenant: &str, invocation_id: &str) -> Result<
     for (seq, text) in rows {
         let refs: Vec<toolledger_wire::PayloadRef> = serde_json::from_str(&text).unwrap_or_default();
         for r in refs {
-            let erasure_id: Option<String> = conn
-                .query_row(
-                    "SELECT erasure_id FROM erased_blobs WHERE tenant = ?1 AND blob_id = ?2",
-                    params![tenant, &r.blob_id],
-                    |row| row.get(0),
-                )
-                .optional()
-                .sql("erasures")?;
+            let erasure_id = erasure_of(conn, tenant, &r.blob_id)?;
             out.push(PayloadReport {
                 seq,
                 path: r.path,

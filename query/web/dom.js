@@ -97,6 +97,23 @@ export function errorBox(error) {
     error.message || String(error));
 }
 
+/**
+ * Asks for the tenant to read, with the server's reason: a partitioned ledger keeps each tenant in
+ * its own partition, so an admin's listing names one (docs/scaling.md). `go(tenant)` follows it.
+ */
+export function tenantForm(error, label, go) {
+  const input = h('input', { name: 'tenant', required: true, placeholder: 'tenant', 'data-filter': 'tenant' });
+  const form = h('form', { class: 'filters', 'data-test': 'tenant-required' },
+    h('p', {}, error.message),
+    h('label', {}, 'Tenant', input),
+    h('button', { type: 'submit', class: 'primary' }, label));
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    go(input.value.trim());
+  });
+  return form;
+}
+
 export function empty(text) {
   return h('p', { class: 'muted' }, text);
 }

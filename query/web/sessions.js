@@ -2,7 +2,7 @@
 // /v1/sessions lists the sessions holding an invocation that matches the tool and status, a page at a
 // time, each with the states of its matching invocations; /v1/invocation-counts totals them by state.
 
-import { h, link, stateClass, time, duration, table, empty, errorBox } from './dom.js';
+import { h, link, stateClass, time, duration, table, empty, errorBox, tenantForm } from './dom.js';
 import { get } from './api.js';
 
 // Sessions a page; more are fetched on request, following the server's cursor.
@@ -41,20 +41,6 @@ function filterForm(query, tenants, tools) {
   return form;
 }
 
-/** Asks for the tenant to list, with the server's reason (a partitioned ledger, docs/scaling.md). */
-function tenantForm(error) {
-  const input = h('input', { name: 'tenant', required: true, placeholder: 'tenant', 'data-filter': 'tenant' });
-  const form = h('form', { class: 'filters', 'data-test': 'tenant-required' },
-    h('p', {}, error.message),
-    h('label', {}, 'Tenant', input),
-    h('button', { type: 'submit', class: 'primary' }, 'List its sessions'));
-  form.addEventListener('submit', (event) => {
-    event.preventDefault();
-    location.hash = `#/sessions?${new URLSearchParams({ tenant: input.value.trim() })}`;
-  });
-  return form;
-}
-
 function chips(counts) {
   return h('span', { class: 'chips' }, Object.entries(counts).sort((a, b) => b[1] - a[1])
     .map(([state, n]) => h('span', { class: `chip ${stateClass(state)}`, title: state, 'data-state': state }, `${n} ${state}`)));
@@ -88,7 +74,9 @@ export async function renderSessions(view, query, stale) {
   } catch (error) {
     // A partitioned ledger keeps each tenant in its own partition: an admin names the tenant to list.
     if (stale() || tenant || error.field !== 'tenant') throw error;
-    view.append(h('h1', {}, 'Sessions'), tenantForm(error));
+    view.append(h('h1', {}, 'Sessions'), tenantForm(error, 'List its sessions', (chosen) => {
+      location.hash = `#/sessions?${new URLSearchParams({ tenant: chosen })}`;
+    }));
     return;
   }
   if (stale()) return;

@@ -1,7 +1,7 @@
 // The tool catalog (versions, lifecycle) and, for the selected tool, charts from /v1/stats (calls
 // per bucket by outcome, p50/p95 latency) and its error classes from /v1/invocation-counts.
 
-import { h, link, duration, section, table, empty } from './dom.js';
+import { h, link, duration, section, table, empty, tenantForm } from './dom.js';
 import { get } from './api.js';
 import { stackedBars, lines, hbars } from './charts.js';
 
@@ -71,8 +71,23 @@ async function toolPanel(tool) {
 }
 
 export async function renderTools(view, tenant, toolId, query, stale) {
-  const [{ tools }, usage] = await Promise.all([get('/v1/tools', {}), get('/v1/invocation-counts', { group_by: 'tool_id' })]);
+  const catalogOf = (scope) => Promise.all([get('/v1/tools', scope), get('/v1/invocation-counts', { ...scope, group_by: 'tool_id' })]);
+  let read;
+  try {
+    read = await catalogOf({});
+  } catch (error) {
+    // A partitioned ledger keeps each tenant in its own partition: an admin names the tenant to list.
+    if (stale() || error.field !== 'tenant') throw error;
+    if (!tenant) {
+      view.append(h('h1', {}, 'Tools'), tenantForm(error, 'List its tools', (chosen) => {
+        location.hash = `#/tools/${encodeURIComponent(chosen)}`;
+      }));
+      return;
+    }
+    read = await catalogOf({ tenant });
+  }
   if (stale()) return;
+  const [{ tools }, usage] = read;
   // Without a choice, the most called tool (calls summed over the readable tenants).
   const calls = Object.fromEntries(usage.groups.filter((g) => g.key !== null).map((g) => [g.key, g.count]));
   const busiest = [...tools].sort((a, b) => (calls[b.tool_id] || 0) - (calls[a.tool_id] || 0))[0];

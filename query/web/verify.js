@@ -316,7 +316,8 @@ export async function verifyInvocation(reconstruction, progress = () => {}) {
   for (const shown of timeline) {
     let proof = bundled.get(shown.seq);
     try {
-      if (!proof) proof = await get('/v1/proofs/inclusion', { seq: shown.seq });
+      // In the invocation's tenant's partition: each partition is its own log (docs/scaling.md).
+      if (!proof) proof = await get('/v1/proofs/inclusion', { seq: shown.seq, tenant: reconstruction.tenant });
     } catch (error) {
       const failure = error.code === 'no_checkpoint' ? 'not yet signed' : 'proof unavailable';
       entries.push({ seq: shown.seq, ok: false, failure, steps: [step('proof from the server', false, `${error.status} ${error.code}: ${error.message}`)] });

@@ -1,7 +1,7 @@
 //! A partitioned ledger through the binary (`docs/scaling.md`): `init --partitions 3`, producers of
 //! several tenants, `ingest` writing every partition, `verify` checking each partition against its
-//! own checkpoints, `project` and `rebuild` projecting each into its own projections; and `up`,
-//! whose readers follow one partition for now, refusing more.
+//! own checkpoints, `project` and `rebuild` projecting each into its own projections, `serve`
+//! reading each tenant in its partition; and `up --demo` over four partitions.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -507,11 +507,12 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
 }
 
 #[test]
-fn up_refuses_more_than_one_partition_until_it_follows_them() {
-    let env = Env::new(4);
-    let (ok, out, err) = env.run(&["up"]);
-    assert!(!ok, "up ran with four partitions\n{out}");
-    assert!(err.contains("ledger.partitions = 4"), "{err}");
+fn up_demo_runs_over_four_partitions_and_verifies_the_demo_tenants() {
+    let stdout = crate::query::up_demo(4);
+    // The demo tenant's events are in its partition, projected and verified there.
+    let home = Partitions::new(4).unwrap().of("acme");
+    assert!(stdout.contains(&format!("{} holds", home.stream())), "{stdout}");
+    assert!(stdout.contains("projector running: 4 partitions"), "{stdout}");
 }
 
 /// `toolledger serve` over the partitioned ledger: a tenant's reads, bundles and replays come from
@@ -526,17 +527,21 @@ fn serve_reads_each_tenant_in_its_partition(
     verifiers: &toolledger_merkle::Verifiers,
 ) {
     use crate::query::{post_sql, request};
-    let mut serve = env.spawn(&[
-        "serve",
-        "--insecure-local",
-        "--listen",
-        "127.0.0.1:0",
-        "--nats-url",
-        url,
-    ]);
+    // An admin's token and the tenant's.
+    let (admin, own) = ("partitions-admin-token", "partitions-tenant-token");
+    let mut config = std::fs::read_to_string(&env.config).unwrap();
+    config.push_str(&format!(
+        "\n[[api.tokens]]\nname = \"auditor\"\nsha256 = \"{}\"\nadmin = true\n\n\
+         [[api.tokens]]\nname = \"{tenant}-app\"\nsha256 = \"{}\"\ntenants = [\"{tenant}\"]\n",
+        toolledger_query::token_digest(admin),
+        toolledger_query::token_digest(own),
+    ));
+    std::fs::write(&env.config, config).unwrap();
+    let mut serve = env.spawn(&["serve", "--listen", "127.0.0.1:0", "--nats-url", url]);
     let addr = crate::health::printed_addr(&mut serve, "api at http://");
     let home = partitions.of(tenant);
-    let get = |path: &str| request(addr, "GET", path, None);
+    let get = |path: &str| request(addr, "GET", path, Some(admin));
+    let get_own = |path: &str| request(addr, "GET", path, Some(own));
 
     let sessions = get(&format!("/v1/sessions?tenant={tenant}"));
     assert_eq!(sessions.status, 200, "{}", sessions.body);
@@ -605,7 +610,7 @@ fn serve_reads_each_tenant_in_its_partition(
     assert_eq!(beyond.json()["error"]["field"], "partition");
 
     // Analysts' SQL: a tenant's in its partition; an admin's names the partition it reads.
-    let sql = |body: &str| post_sql(addr, None, body);
+    let sql = |body: &str| post_sql(addr, Some(admin), body);
     let scoped = sql(&format!(
         r#"{{"sql": "SELECT count(*) AS n FROM events", "tenant": "{tenant}"}}"#
     ));
@@ -625,8 +630,66 @@ fn serve_reads_each_tenant_in_its_partition(
     assert_eq!(unnamed.status, 400, "{}", unnamed.body);
     assert_eq!(unnamed.json()["error"]["field"], "partition", "{}", unnamed.body);
 
+    // The tenant's token: its sessions without naming it; its entries' proofs in its partition
+    // (`tenant` routes there); nothing of another partition's tenants; SQL over its partition or
+    // p0 (the ledger's records about it), no other.
+    let listed = get_own("/v1/sessions");
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert!(listed.body.contains(session), "{}", listed.body);
+    let first_seq: u64 = {
+        let generation = Generations::of(env.data.path(), home).current().unwrap().unwrap();
+        Store::open_readonly(&generation.database())
+            .unwrap()
+            .connection()
+            .query_row("SELECT min(seq) FROM events WHERE tenant = ?1", [tenant], |row| {
+                row.get(0)
+            })
+            .unwrap()
+    };
+    let proof = get_own(&format!("/v1/proofs/inclusion?seq={first_seq}&tenant={tenant}"));
+    assert_eq!(proof.status, 200, "{}", proof.body);
+    let proof: toolledger_verify::InclusionOutput = serde_json::from_str(&proof.body).unwrap();
+    proof.check(verifiers).unwrap();
+    assert!(
+        proof
+            .checkpoint
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(&format!("/{home}"))
+    );
+    let elsewhere = partitions.all().find(|p| *p != home).unwrap();
+    let theirs = get_own(&format!(
+        "/v1/proofs/inclusion?seq=1&partition={}",
+        elsewhere.index()
+    ));
+    assert_eq!(theirs.status, 404, "another partition's entry: {}", theirs.body);
+    let crossed = get_own(&format!(
+        "/v1/proofs/inclusion?seq=1&tenant={tenant}&partition={}",
+        elsewhere.index()
+    ));
+    assert_eq!(crossed.status, 400, "{}", crossed.body);
+    let own_sql = |body: &str| post_sql(addr, Some(own), body);
+    let counted = own_sql(r#"{"sql": "SELECT count(*) FROM events"}"#);
+    assert_eq!(counted.status, 200, "{}", counted.body);
+    assert!(
+        counted.json()["rows"][0][0].as_u64().unwrap() > 0,
+        "{}",
+        counted.body
+    );
+    let ledger_records = own_sql(r#"{"sql": "SELECT count(*) FROM access_reads", "partition": 0}"#);
+    assert_eq!(ledger_records.status, 200, "{}", ledger_records.body);
+    if let Some(other) = partitions.all().find(|p| *p != home && *p != Partition::ZERO) {
+        let refused = own_sql(&format!(
+            r#"{{"sql": "SELECT count(*) FROM events", "partition": {}}}"#,
+            other.index()
+        ));
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert_eq!(refused.json()["error"]["field"], "partition");
+    }
+
     // Health names each partition's projection and projector (none runs now: they say stopped).
-    let health = get("/healthz").json();
+    let health = request(addr, "GET", "/healthz", None).json();
     for partition in partitions.all() {
         let projection = &health["components"][partition.file_name("projection")];
         assert_eq!(projection["ok"], true, "{partition}: {health}");

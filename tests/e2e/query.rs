@@ -1106,8 +1106,16 @@ fn api_and_cli_match_the_generator_truth_and_refuse_bad_input() {
 /// reconstructed invocation and a passing verify.
 #[test]
 fn up_demo_prints_a_reconstructed_invocation_and_a_passing_verify() {
+    up_demo(1);
+}
+
+/// `toolledger up --demo` over a ledger of `partitions`: it prints a reconstructed invocation and a
+/// passing verify of the demo tenant's partition, and its API serves that invocation. Returns the
+/// output.
+pub(crate) fn up_demo(partitions: u16) -> String {
     let data = tempfile::tempdir().unwrap();
     let bin = nats_server_bin();
+    let partitions = partitions.to_string();
     let mut up = ChildProcess::spawn(
         toolledger(),
         ["up", "--demo"],
@@ -1117,6 +1125,7 @@ fn up_demo_prints_a_reconstructed_invocation_and_a_passing_verify() {
             ("TOOLLEDGER_NATS__LISTEN", "127.0.0.1:0"),
             ("TOOLLEDGER_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0"),
             ("TOOLLEDGER_API__LISTEN", "127.0.0.1:0"),
+            ("TOOLLEDGER_LEDGER__PARTITIONS", partitions.as_str()),
         ],
     );
     assert!(
@@ -1142,6 +1151,7 @@ fn up_demo_prints_a_reconstructed_invocation_and_a_passing_verify() {
     Contract::load().check("Reconstruction", &reply.json());
     assert_eq!(request(api, "GET", path, None).status, 401);
     assert!(up.terminate(Duration::from_secs(30)).unwrap().success());
+    stdout
 }
 
 /// Every `tenant` field anywhere in `value` is `tenant`.

@@ -145,17 +145,6 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // `up` runs one process of everything; over a partitioned ledger the demo and the readers it
-    // starts are not partition-aware yet.
-    if matches!(&cli.command, Command::Up(_)) && config.ledger.partitions > 1 {
-        eprintln!(
-            "toolledger up: ledger.partitions = {}: `up` runs a single-partition ledger; run \
-             `toolledger ingest`, `project`, `export` and `serve`, which take every partition \
-             (docs/scaling.md)",
-            config.ledger.partitions
-        );
-        return ExitCode::FAILURE;
-    }
     let result = runtime.block_on(async {
         match cli.command {
             Command::Up(args) => cmd::up::run(config, args, cmd::shutdown_signal()).await,

@@ -44,9 +44,23 @@ impl ApiState {
     }
 
     /// The log `partition` names: an index below the ledger's count, or `directory` over a
-    /// partitioned ledger; p0 when absent.
+    /// partitioned ledger; p0 when absent (or, with `tenant`, the tenant's partition).
     fn log(&self, query: &Query) -> Result<Log> {
-        match query.get("partition") {
+        let home = query
+            .get("tenant")
+            .map(|tenant| self.readers.partitions().of(tenant));
+        match (query.get("partition"), home) {
+            (Some(named), Some(home)) if named != home.index().to_string() => Err(Error::invalid(
+                "partition",
+                format!("`{named}`: the tenant lives in partition {}", home.index()),
+            )),
+            (_, Some(home)) => Ok(Log::Partition(home)),
+            (named, None) => self.named_log(named),
+        }
+    }
+
+    fn named_log(&self, named: Option<&str>) -> Result<Log> {
+        match named {
             None => Ok(Log::Partition(Partition::ZERO)),
             Some("directory") if self.readers.partitions().count() > 1 => Ok(Log::Directory),
             Some("directory") => Err(Error::invalid(
@@ -54,6 +68,23 @@ impl ApiState {
                 "a ledger of one partition has no directory (ledger.partitions)",
             )),
             Some(index) => Ok(Log::Partition(self.readers.partition("partition", index)?)),
+        }
+    }
+
+    /// The tenant to read `id` in: `tenant` as given, or in a partitioned ledger, where an admin's
+    /// read without one has no single projection to go to, the id's owner ([`ApiState::owner_tenant`]).
+    pub(super) async fn owner_if_partitioned(
+        &self,
+        tenant: Option<String>,
+        column: &'static str,
+        what: &'static str,
+        id: &str,
+    ) -> Result<Option<String>> {
+        match tenant {
+            None if self.readers.partitions().count() > 1 => {
+                Ok(Some(self.owner_tenant(column, what, id).await?))
+            }
+            tenant => Ok(tenant),
         }
     }
 
@@ -65,28 +96,22 @@ impl ApiState {
         what: &'static str,
         id: &str,
     ) -> Result<String> {
+        // Every partition is asked, and one not projected yet fails the lookup (503): the id could be
+        // another tenant's there too.
         let mut tenants = Vec::new();
-        let mut unprojected = None;
         for (_, reader) in self.readers.all() {
             let lookup = id.to_owned();
-            match reader
-                .read(move |conn| owner_tenants(conn, column, &lookup))
-                .await
-            {
-                Ok(found) => tenants.extend(found),
-                // A partition not projected yet holds nothing an admin could mean, unless none does.
-                Err(error @ Error::NoProjection { .. }) if self.readers.partitions().count() > 1 => {
-                    unprojected = Some(error);
-                }
-                Err(error) => return Err(error),
-            }
+            tenants.extend(
+                reader
+                    .read(move |conn| owner_tenants(conn, column, &lookup))
+                    .await?,
+            );
         }
         tenants.sort();
         tenants.dedup();
-        match (tenants.as_slice(), unprojected) {
-            ([tenant], _) => Ok(tenant.clone()),
-            ([], Some(error)) => Err(error),
-            ([], None) => Err(Error::NotFound {
+        match tenants.as_slice() {
+            [tenant] => Ok(tenant.clone()),
+            [] => Err(Error::NotFound {
                 what,
                 id: id.to_owned(),
             }),
@@ -209,7 +234,9 @@ fn entry_owner(conn: &Connection, seq: u64) -> Result<Option<EntryOwner>> {
 pub(super) async fn inclusion(State(state): Shared, headers: HeaderMap, RawQuery(raw): RawQuery) -> Response {
     let result = async {
         let principal = state.authenticate(&headers)?;
-        let query = Query::parse(raw, &["seq", "size", "partition"])?;
+        let query = Query::parse(raw, &["seq", "size", "partition", "tenant"])?;
+        // A tenant named must be one the token reads; it only chooses the partition.
+        principal.scope(query.get("tenant"))?;
         let seq = required(&query, "seq")?;
         let size = number(&query, "size")?;
         let log = state.log(&query)?;

@@ -30,6 +30,7 @@ use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use toolledger_core::telemetry::Telemetry;
 use toolledger_projector::{SqlInterrupt, SqlLimits, SqlResult, SqlScope};
+use toolledger_wire::partition::Partition;
 
 use super::{ApiState, Shared, finish, json_response};
 use crate::access::Reads;
@@ -313,16 +314,18 @@ fn statement_reader<'a>(
     let readers = &state.readers;
     match (scope, partition) {
         (SqlScope::Tenant(tenant), None) => readers.scoped(Some(tenant)),
+        // Its own partition, or p0, which holds the ledger's records about it (`access_reads`,
+        // `erasures`): its views show its rows only, wherever they are read.
         (SqlScope::Tenant(tenant), Some(index)) => {
             let named = readers.partition("partition", &index.to_string())?;
             let home = readers.partitions().of(tenant);
-            if named == home {
-                Ok(readers.of(home))
+            if named == home || named == Partition::ZERO {
+                Ok(readers.of(named))
             } else {
                 Err(Error::invalid(
                     "partition",
                     format!(
-                        "tenant `{tenant}` lives in partition {}, not {index}",
+                        "tenant `{tenant}` lives in partition {} (the ledger's records about it in 0), not {index}",
                         home.index()
                     ),
                 ))

@@ -103,6 +103,9 @@ pub async fn run(
             let (log, reads) = toolledger_query::AccessLog::channel();
             options.access_log = Some(log);
             let js = async_nats::jetstream::new(client);
+            // Routing tenants to partitions needs the ledger's own count: a lower one would send
+            // them to the wrong projections.
+            super::verify::check_count(&js, toolledger_wire::streams::CHECKPOINTS, &config).await?;
             match ledger_access(&config, js.clone()) {
                 Ok(ledger) => options.ledger = Some(ledger),
                 Err(error) => tracing::warn!(%error, "replay, checkpoints, proofs and bundles unavailable"),

@@ -12,7 +12,7 @@ use serde_json::Value;
 use toolledger_core::config::Config;
 use toolledger_query::reconstruct::Reconstruction;
 use toolledger_query::{Error, Reader};
-use toolledger_wire::partition::Partitions;
+use toolledger_wire::partition::{Partition, Partitions};
 
 /// An outcome of a query command that maps to a meaningful exit code.
 #[derive(Debug)]
@@ -144,6 +144,17 @@ pub async fn reconstruct(
         .read(move |conn| toolledger_query::reconstruct(conn, tenant.as_deref(), &invocation_id))
         .await
         .map_err(exit_for)?;
+    // Erasure records are the ledger's own (p0's projection), whichever partition the tenant is in.
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    if partitions.of(&reconstruction.tenant) != Partition::ZERO && !reconstruction.payloads.is_empty() {
+        reconstruction = Reader::of(config.data_dir.clone(), Partition::ZERO)
+            .read(move |conn| {
+                toolledger_query::reconstruct::erasures(conn, &mut reconstruction)?;
+                Ok(reconstruction)
+            })
+            .await
+            .map_err(exit_for)?;
+    }
     if payloads != "none" && !reconstruction.payloads.is_empty() {
         match toolledger_ledger::BlobStore::open(&config.blob_store_url()) {
             Ok(blobs) => {

@@ -28,10 +28,8 @@ use toolledger_core::telemetry::{self, Telemetry};
 use toolledger_ingest::metrics::IngestMetrics;
 use toolledger_ingest::session::{self, IngestSettings};
 use toolledger_wire::Tenant;
-use toolledger_wire::partition::Partitions;
-use toolledger_wire::streams::{
-    ContractSettings, Ensured, INBOUND, LEDGER, check_partition_count, ensure_contract,
-};
+use toolledger_wire::partition::{Partition, Partitions};
+use toolledger_wire::streams::{ContractSettings, Ensured, INBOUND, check_partition_count, ensure_contract};
 
 mod identities;
 
@@ -145,7 +143,12 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
             let _ = ingest_stopped.await;
         },
     ));
-    say("ingest running: ATL_INBOUND ─▶ ATL_LEDGER");
+    say(&match partitions.count() {
+        1 => "ingest running: ATL_INBOUND ─▶ ATL_LEDGER".to_owned(),
+        count => format!(
+            "ingest running: ATL_INBOUND ─▶ {count} partitions (ATL_LEDGER, ATL_LEDGER_P1, …) and ATL_DIRECTORY"
+        ),
+    });
 
     let (projector_stop, projector_stopped) = tokio::sync::oneshot::channel::<()>();
     let projector_options =
@@ -156,7 +159,8 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         let client = projector_client;
         let health = health.clone();
         async move {
-            let result = toolledger_projector::run(client, &projector_options, async {
+            let every: Vec<_> = partitions.all().collect();
+            let result = toolledger_projector::run_partitions(client, &projector_options, &every, async {
                 let _ = projector_stopped.await;
             })
             .await;
@@ -171,17 +175,23 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
             result
         }
     });
-    say(&format!(
-        "projector running: ATL_LEDGER ─▶ {}",
-        config.data_dir.join("projections").display()
-    ));
+    say(&match partitions.count() {
+        1 => format!(
+            "projector running: ATL_LEDGER ─▶ {}",
+            config.data_dir.join("projections").display()
+        ),
+        count => format!(
+            "projector running: {count} partitions, each ─▶ {}/projections[-p<K>]",
+            config.data_dir.display()
+        ),
+    });
 
     let (retention_stop, retention_stopped) = tokio::sync::oneshot::channel::<()>();
     let retention_client =
         toolledger_wire::connect::connect(&urls.retention, "toolledger-up-retention").await?;
     let retention = tokio::spawn(toolledger_ledger::erasure::retention_loop(
         async_nats::jetstream::new(retention_client),
-        toolledger_wire::partition::Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?,
+        partitions,
         toolledger_ledger::BlobStore::open_configured(&config, None)?,
         config.retention.clone(),
         async {
@@ -233,19 +243,22 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
     if args.demo {
         say(&format!("data directory: {}", config.data_dir.display()));
         let demo_tenant = Tenant::parse(DEMO_TENANT)?;
+        // The demo's events are in its tenant's partition: its stream, projection and log.
+        let home = partitions.of(DEMO_TENANT);
         let producer =
             toolledger_wire::connect::connect(urls.producer(&demo_tenant), "toolledger-up-demo").await?;
         publish_demo_session(&async_nats::jetstream::new(producer)).await?;
-        let ledger = wait_for_ingest(&jetstream).await?;
+        let ledger = wait_for_ingest(&jetstream, home).await?;
         say(&format!(
-            "demo: ingest drained ATL_INBOUND; the ledger holds {ledger} entries"
+            "demo: ingest drained ATL_INBOUND; {} holds {ledger} entries",
+            home.stream()
         ));
-        let states = wait_for_projection(&config.data_dir, ledger).await?;
+        let states = wait_for_projection(&config.data_dir, home, ledger).await?;
         say(&format!(
             "demo: projected through seq {ledger}; invocations by state: {states}"
         ));
-        show_demo_invocation(&config, api_addr).await?;
-        verify_demo_ledger(&config, &jetstream, ledger).await?;
+        show_demo_invocation(&config, home, api_addr).await?;
+        verify_demo_ledger(&config, &jetstream, home, ledger).await?;
     }
     say("running; Ctrl-C or SIGTERM stops");
 
@@ -357,8 +370,8 @@ fn local_admin_token(path: &std::path::Path) -> anyhow::Result<String> {
 }
 
 /// Prints the demo's most eventful invocation as `toolledger show` would.
-async fn show_demo_invocation(config: &Config, api: SocketAddr) -> anyhow::Result<()> {
-    let reader = toolledger_query::Reader::new(config.data_dir.clone());
+async fn show_demo_invocation(config: &Config, home: Partition, api: SocketAddr) -> anyhow::Result<()> {
+    let reader = toolledger_query::Reader::of(config.data_dir.clone(), home);
     let chosen = reader
         .read(|conn| {
             let page = toolledger_query::search(
@@ -392,12 +405,15 @@ async fn show_demo_invocation(config: &Config, api: SocketAddr) -> anyhow::Resul
     Ok(())
 }
 
-/// Verifies the ledger once a signed checkpoint covers all `ledger` entries; an error when it fails.
+/// Verifies the demo's partition of the ledger once a signed checkpoint covers all `ledger` entries;
+/// an error when it fails.
 async fn verify_demo_ledger(
     config: &Config,
     js: &async_nats::jetstream::Context,
+    home: Partition,
     ledger: u64,
 ) -> anyhow::Result<()> {
+    let (stream, origin, tiles) = super::prove::partition_log(config, home, None)?;
     let verifiers = super::verify::load_verifiers(config, None)?;
     // Checkpoints are signed every `checkpoint_interval_ms` when the tree grew: wait for one.
     let deadline = tokio::time::Instant::now()
@@ -405,13 +421,15 @@ async fn verify_demo_ledger(
         + std::time::Duration::from_secs(30);
     loop {
         let options = toolledger_verify::VerifyOptions {
-            origin: Some(config.ledger.origin.clone()),
-            tiles: super::verify::tile_store(config, None, false)?,
+            origin: Some(origin.clone()),
+            tiles: tiles.clone(),
+            // One partition's checkpoints are the whole stream, as they always were.
+            checkpoint_subject: (config.ledger.partitions > 1).then(|| home.checkpoint_subject()),
             ..Default::default()
         };
         let report = toolledger_verify::verify_ledger(
             js,
-            LEDGER,
+            &stream,
             toolledger_wire::streams::CHECKPOINTS,
             &verifiers,
             &options,
@@ -453,8 +471,12 @@ async fn verify_demo_ledger(
 }
 
 /// Waits until the projection covers `seq`; returns its invocations counted by state.
-async fn wait_for_projection(data_dir: &std::path::Path, seq: u64) -> anyhow::Result<String> {
-    let generations = toolledger_projector::Generations::new(data_dir);
+async fn wait_for_projection(
+    data_dir: &std::path::Path,
+    home: Partition,
+    seq: u64,
+) -> anyhow::Result<String> {
+    let generations = toolledger_projector::Generations::of(data_dir, home);
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
         let current = generations.current()?;
@@ -489,13 +511,13 @@ async fn wait_for_projection(data_dir: &std::path::Path, seq: u64) -> anyhow::Re
     }
 }
 
-/// Waits until ingest has taken everything from ATL_INBOUND; returns the ledger's size.
-async fn wait_for_ingest(js: &async_nats::jetstream::Context) -> anyhow::Result<u64> {
+/// Waits until ingest has taken everything from ATL_INBOUND; returns the size of `home`'s stream.
+async fn wait_for_ingest(js: &async_nats::jetstream::Context, home: Partition) -> anyhow::Result<u64> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
         let inbound = js.get_stream(INBOUND).await?.info().await?.state.messages;
         if inbound == 0 {
-            return Ok(toolledger_ledger::last_sequence(js, LEDGER).await?);
+            return Ok(toolledger_ledger::last_sequence(js, &home.stream()).await?);
         }
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
