@@ -486,21 +486,16 @@ async fn invocation(
         };
         params::id("invocation_id", &invocation_id)?;
         let asked = (tenant.clone(), format!("invocation_id={invocation_id}"));
-        let read = match state
-            .owner_if_partitioned(tenant, "invocation_id", "invocation", &invocation_id)
-            .await
-        {
-            Ok(tenant) => {
-                state
-                    .readers
-                    .scoped(tenant.as_deref())?
-                    .read(move |conn| {
-                        crate::reconstruct::reconstruct(conn, tenant.as_deref(), &invocation_id)
-                    })
-                    .await
-            }
-            Err(error) => Err(error),
-        };
+        let id = invocation_id.clone();
+        let read = state
+            .read_id(
+                tenant,
+                "invocation_id",
+                "invocation",
+                &invocation_id,
+                move |conn, tenant| crate::reconstruct::reconstruct(conn, tenant, &id),
+            )
+            .await;
         let mut reconstruction = match read {
             Err(error @ Error::NotFound { .. }) => {
                 let (scope, query) = asked;
@@ -710,27 +705,18 @@ async fn session(
         let cursor = query.owned("cursor");
         params::id("session_id", &session_id)?;
         let asked = (tenant.clone(), format!("session_id={session_id}"));
-        let read = match state
-            .owner_if_partitioned(tenant, "session_id", "session", &session_id)
-            .await
-        {
-            Ok(tenant) => {
-                state
-                    .readers
-                    .scoped(tenant.as_deref())?
-                    .read(move |conn| {
-                        crate::listing::session_timeline(
-                            conn,
-                            tenant.as_deref(),
-                            &session_id,
-                            limit,
-                            cursor.as_deref(),
-                        )
-                    })
-                    .await
-            }
-            Err(error) => Err(error),
-        };
+        let id = session_id.clone();
+        let read = state
+            .read_id(
+                tenant,
+                "session_id",
+                "session",
+                &session_id,
+                move |conn, tenant| {
+                    crate::listing::session_timeline(conn, tenant, &id, limit, cursor.as_deref())
+                },
+            )
+            .await;
         let timeline = match read {
             Err(error @ Error::NotFound { .. }) => {
                 let (scope, query) = asked;

@@ -71,21 +71,25 @@ impl ApiState {
         }
     }
 
-    /// The tenant to read `id` in: `tenant` as given, or in a partitioned ledger, where an admin's
-    /// read without one has no single projection to go to, the id's owner ([`ApiState::owner_tenant`]).
-    pub(super) async fn owner_if_partitioned(
+    /// Reads the invocation or session `id` (in `column`) in its tenant's projection: `tenant`'s, or
+    /// in a partitioned ledger, where an admin's read without one has no single projection to go
+    /// to, its owner's ([`ApiState::owner_tenant`]). `read` gets the tenant scope to apply.
+    pub(super) async fn read_id<T: Send + 'static>(
         &self,
         tenant: Option<String>,
         column: &'static str,
         what: &'static str,
         id: &str,
-    ) -> Result<Option<String>> {
-        match tenant {
-            None if self.readers.partitions().count() > 1 => {
-                Ok(Some(self.owner_tenant(column, what, id).await?))
-            }
-            tenant => Ok(tenant),
-        }
+        read: impl FnOnce(&Connection, Option<&str>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let tenant = match tenant {
+            None if self.readers.partitions().count() > 1 => Some(self.owner_tenant(column, what, id).await?),
+            tenant => tenant,
+        };
+        self.readers
+            .scoped(tenant.as_deref())?
+            .read(move |conn| read(conn, tenant.as_deref()))
+            .await
     }
 
     /// The tenant an admin means when it names none: the only tenant with entries for `id` in
