@@ -1,4 +1,4 @@
-//! A partitioned ledger through the binary (`docs/scaling.md`): `init --partitions 3`, producers of
+//! A partitioned ledger through the binary (`docs/scaling.md`): `init --partitions 4`, producers of
 //! several tenants, `ingest` writing every partition, `verify` checking each partition against its
 //! own checkpoints, `project` and `rebuild` projecting each into its own projections, `serve`
 //! reading each tenant in its partition; and `up --demo` over four partitions.
@@ -84,11 +84,11 @@ fn counts(nats: &NatsFixture, partitions: Partitions) -> (Vec<u64>, Vec<u64>) {
 }
 
 #[test]
-fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_partition() {
+fn a_ledger_of_four_partitions_is_written_verified_projected_served_and_bundled_partition_by_partition() {
     let nats = NatsFixture::start();
     let url = nats.url();
-    let env = Env::new(3);
-    let partitions = Partitions::new(3).unwrap();
+    let env = Env::new(4);
+    let partitions = Partitions::new(4).unwrap();
     let (ok, out, err) = env.run(&["init", "--nats-url", &url]);
     assert!(ok, "init failed\n{out}\n{err}");
     let events = env.data.path().join("events.ndjson");
@@ -132,7 +132,7 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     let (entries, checkpoints) = counts(&nats, partitions);
     assert!(
         entries.iter().filter(|n| **n > 0).count() >= 2,
-        "six tenants over three partitions: {entries:?}"
+        "six tenants over four partitions: {entries:?}"
     );
     for (entries, checkpoints) in entries.iter().zip(&checkpoints) {
         assert_eq!(
@@ -164,7 +164,7 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     let (ok, out, err) = env.run(&["verify", "--nats-url", &url, "--json"]);
     assert!(ok, "verify --json failed\n{out}\n{err}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(report["partitions"].as_array().unwrap().len(), 3);
+    assert_eq!(report["partitions"].as_array().unwrap().len(), 4);
     assert_eq!(report["directory"]["ledger_stream"], "ATL_DIRECTORY");
     assert!(report["directory"]["entries"].as_u64().unwrap() >= 1, "{out}");
     assert!(
@@ -206,8 +206,8 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     assert_eq!(report["ledger_stream"], "ATL_LEDGER_P2");
     assert_eq!(report["entries"], entries[2]);
     assert_eq!(report["findings"].as_array().unwrap().len(), 0, "{out}");
-    let (ok, _, err) = env.run(&["verify", "--nats-url", &url, "--partition", "3"]);
-    assert!(!ok && err.contains("3 partition(s)"), "{err}");
+    let (ok, _, err) = env.run(&["verify", "--nats-url", &url, "--partition", "4"]);
+    assert!(!ok && err.contains("4 partition(s)"), "{err}");
 
     project_and_rebuild_every_partition(
         env.data.path(),
@@ -344,7 +344,7 @@ fn a_ledger_of_three_partitions_is_written_verified_and_projected_partition_by_p
     assert!(!out.trim().is_empty(), "replay printed nothing\n{err}");
 
     // Backed up whole (every partition, the directory as far as it is signed) and restored into a
-    // fresh server made for three partitions, the ledger verifies there as here.
+    // fresh server made for four partitions, the ledger verifies there as here.
     let backup = env.data.path().join("backup");
     let (ok, out, err) = env.run(&["backup", "--nats-url", &url, "--out", backup.to_str().unwrap()]);
     assert!(ok, "backup failed\n{out}\n{err}");
@@ -556,7 +556,7 @@ fn serve_reads_each_tenant_in_its_partition(
     let unscoped = get("/v1/sessions");
     assert_eq!(unscoped.status, 400, "{}", unscoped.body);
     assert_eq!(unscoped.json()["error"]["field"], "tenant", "{}", unscoped.body);
-    assert!(unscoped.body.contains("3 partitions"), "{}", unscoped.body);
+    assert!(unscoped.body.contains("4 partitions"), "{}", unscoped.body);
 
     // An admin's bundle without a tenant finds the session's owner in whichever partition holds it;
     // it is proved in that partition's log and verifies offline.
@@ -605,7 +605,7 @@ fn serve_reads_each_tenant_in_its_partition(
         proof.check(verifiers).unwrap();
         assert!(proof.checkpoint.lines().next().unwrap().ends_with(&origin));
     }
-    let beyond = get("/v1/checkpoints/latest?partition=3");
+    let beyond = get("/v1/checkpoints/latest?partition=4");
     assert_eq!(beyond.status, 400, "{}", beyond.body);
     assert_eq!(beyond.json()["error"]["field"], "partition");
 
