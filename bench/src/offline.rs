@@ -697,6 +697,7 @@ async fn bundle_of_spread_entries(ledger: &Ledger) -> anyhow::Result<(f64, f64, 
         since_checkpoint: None,
         blobs: None,
         witness_policy: None,
+        directory: None,
     };
     let started = Instant::now();
     let built = toolledger_verify::bundle::build_bundle(&ledger.js, &source, &request).await?;

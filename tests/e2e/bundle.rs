@@ -112,7 +112,7 @@ fn pick_invocation(data_dir: &Path) -> (String, String, String) {
         .unwrap()
 }
 
-fn python_verdicts(key_file: &Path, files: &[&Path]) -> Vec<String> {
+pub(crate) fn python_verdicts(key_file: &Path, files: &[&Path]) -> Vec<String> {
     let script = workspace_root().join("verify/tests/py/verify_bundle.py");
     let out = std::process::Command::new(python())
         .arg(script)

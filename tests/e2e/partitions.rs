@@ -287,6 +287,8 @@ fn a_ledger_of_four_partitions_is_written_verified_projected_served_and_bundled_
             )
             .unwrap()
     };
+    // With --with-directory it also carries the proof that the newest signed directory checkpoint
+    // commits to its checkpoint: one signed value vouches for it.
     let bundle = env.data.path().join("session.bundle");
     let (ok, out, err) = env.run(&[
         "bundle",
@@ -296,6 +298,7 @@ fn a_ledger_of_four_partitions_is_written_verified_projected_served_and_bundled_
         tenant,
         "--session",
         &session,
+        "--with-directory",
         "--out",
         bundle.to_str().unwrap(),
     ]);
@@ -309,6 +312,31 @@ fn a_ledger_of_four_partitions_is_written_verified_projected_served_and_bundled_
         key.to_str().unwrap(),
     ]);
     assert!(ok, "verify-bundle failed\n{out}\n{err}");
+    assert!(
+        out.contains("in the directory: entry") && out.contains(&format!("names partition {home} at size")),
+        "{out}"
+    );
+    // A directory entry that names another root for the partition does not verify.
+    let mut forged: serde_json::Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    forged["directory"]["consistency"] = serde_json::json!(["00".repeat(32)]);
+    let forged_path = env.data.path().join("forged.bundle");
+    let mut bytes = toolledger_wire::jcs::to_vec(&forged).unwrap();
+    bytes.push(b'\n');
+    std::fs::write(&forged_path, bytes).unwrap();
+    let (ok, out, err) = env.run(&[
+        "verify-bundle",
+        forged_path.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && err.contains("directory proof does not hold"),
+        "{out}\n{err}"
+    );
+    // The independent verifier, written from docs/evidence-bundles.md alone, agrees on both.
+    let verdicts = crate::bundle::python_verdicts(&key, &[&bundle, &forged_path]);
+    assert!(verdicts[0].starts_with("ok "), "{verdicts:?}");
+    assert!(verdicts[1].starts_with("rejected: "), "{verdicts:?}");
 
     serve_reads_each_tenant_in_its_partition(&env, &url, partitions, tenant, &session, &verifiers);
 
@@ -560,7 +588,7 @@ fn serve_reads_each_tenant_in_its_partition(
 
     // An admin's bundle without a tenant finds the session's owner in whichever partition holds it;
     // it is proved in that partition's log and verifies offline.
-    let bundle = get(&format!("/v1/sessions/{session}/bundle"));
+    let bundle = get(&format!("/v1/sessions/{session}/bundle?with_directory=true"));
     assert_eq!(bundle.status, 200, "{}", bundle.body);
     let path = env.data.path().join("served.bundle");
     std::fs::write(&path, &bundle.body).unwrap();
@@ -572,6 +600,7 @@ fn serve_reads_each_tenant_in_its_partition(
         key.to_str().unwrap(),
     ]);
     assert!(ok, "verify-bundle of the served bundle failed\n{out}\n{err}");
+    assert!(out.contains("in the directory: entry"), "{out}");
     assert!(
         bundle.body.contains(&format!("/{home}")),
         "the partition's origin"

@@ -16,8 +16,14 @@
 //! verify_bundle(bytes, keys, policy?): canonical form ─▶ checkpoint signature ─▶ witness policy:
 //!   these witnesses' cosignatures on the checkpoint, at least k ─▶ per entry: seq in range,
 //!   leaf hash, inclusion under the signed root, entry JSON, selection rule, payload commitments
-//!   ─▶ consistency proof ─▶ BundleReport
+//!   ─▶ consistency proof ─▶ directory proof ─▶ BundleReport
 //! ```
+//!
+//! In a partitioned ledger a bundle may carry a directory proof (`directory`): the newest signed
+//! directory checkpoint, the directory entry it ends with (which names this partition's checkpoint
+//! by size and root) with its inclusion proof, and the consistency path in the partition's tree from
+//! the bundle's checkpoint to that one. An auditor holding one signed directory checkpoint then
+//! knows the bundle's entries are in the ledger it stands for.
 //!
 //! Everything in a bundle is bound: a one-byte change to the file fails verification.
 
@@ -30,14 +36,17 @@ use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use toolledger_ledger::cosignatures::cosigned_note;
 use toolledger_ledger::{BlobStore, NONCE_LEN};
 use toolledger_merkle::{
     Checkpoint, Hash, Verifiers, WitnessPolicy, WitnessVerdict, empty_root, leaf_hash, verify_consistency,
     verify_inclusion,
 };
+use toolledger_wire::directory::{self, CheckpointRef, DirectoryEntry};
 use toolledger_wire::{PayloadRef, Tenant};
 
 use crate::prove::{self, ProveSource};
+use crate::verify::Signed;
 use crate::{Error, Result, hex, parse_hash};
 
 /// The `format` of the bundles this module writes and reads.
@@ -60,6 +69,43 @@ pub struct EvidenceBundle {
     /// A proof that a checkpoint the auditor holds is a prefix of `checkpoint`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consistency: Option<BundleConsistency>,
+    /// In a partitioned ledger: the proof that the directory commits to `checkpoint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory: Option<BundleDirectory>,
+}
+
+/// The directory's commitment to a partition's bundle checkpoint (`docs/evidence-bundles.md` §2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleDirectory {
+    /// The directory's signed checkpoint note (origin `<ledger origin>/directory`).
+    pub checkpoint: String,
+    /// The directory entry's ATL_DIRECTORY sequence; its leaf index is `seq - 1`.
+    pub seq: u64,
+    /// Base64 of the directory entry's canonical bytes.
+    pub entry: String,
+    /// The entry's audit path to the directory checkpoint's root, hex.
+    pub inclusion_proof: Vec<String>,
+    /// The consistency path, in the bundle's partition's tree, from the bundle checkpoint's size to
+    /// the size the entry names for that partition, hex (empty when they are the same).
+    pub consistency: Vec<String>,
+}
+
+/// What a bundle's directory proof established.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DirectoryReport {
+    /// The directory's origin.
+    pub origin: String,
+    /// The directory checkpoint's tree size.
+    pub tree_size: u64,
+    /// Its root, hex.
+    pub root: String,
+    /// The directory entry's sequence.
+    pub seq: u64,
+    /// The partition the bundle is of, as the entry names it.
+    pub partition: u16,
+    /// The partition's tree size the entry names (at least the bundle checkpoint's).
+    pub partition_size: u64,
 }
 
 /// What a bundle's entries are.
@@ -213,6 +259,9 @@ pub struct BundleReport {
     /// or the bundle would not have verified).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub witnesses: Option<WitnessVerdict>,
+    /// The directory checkpoint that commits to the bundle's, when the bundle carries its proof.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub directory: Option<DirectoryReport>,
 }
 
 impl BundleReport {
@@ -437,6 +486,85 @@ fn verify_entry(
     })
 }
 
+/// Verifies a bundle's directory proof against its (verified) `checkpoint`.
+fn verify_directory(
+    directory: &BundleDirectory,
+    checkpoint: &Checkpoint,
+    verifiers: &Verifiers,
+) -> Result<DirectoryReport> {
+    let rejected = |reason: String| Error::BundleDirectoryRejected { reason };
+    let (signed, _) = open_note(&directory.checkpoint, verifiers, "directory checkpoint")?;
+    let seq = directory.seq;
+    if seq == 0 || seq > signed.size {
+        return Err(rejected(format!(
+            "entry {seq} is outside the directory's tree of size {}",
+            signed.size
+        )));
+    }
+    let bytes = decode_base64(&directory.entry, "directory entry")?;
+    let path = decode_hashes(&directory.inclusion_proof, "directory inclusion proof")?;
+    verify_inclusion(&leaf_hash(&bytes), seq - 1, signed.size, &path, &signed.root).map_err(|e| {
+        rejected(format!(
+            "entry {seq} is not included under the directory's root: {e}"
+        ))
+    })?;
+    let entry = DirectoryEntry::parse(&bytes).map_err(|e| rejected(e.to_string()))?;
+    // The directory is this ledger's: its origin is its first partition's (the ledger's) plus
+    // `/directory`, and it names the bundle's log among its partitions.
+    let ledger_origin = entry
+        .partitions
+        .first()
+        .map(|r| r.origin.as_str())
+        .unwrap_or_default();
+    if signed.origin != directory::origin(ledger_origin) {
+        return Err(rejected(format!(
+            "the directory checkpoint is of log {:?}, not the directory of {ledger_origin:?}",
+            signed.origin
+        )));
+    }
+    let reference = entry
+        .partitions
+        .iter()
+        .find(|r| r.origin == checkpoint.origin)
+        .ok_or_else(|| {
+            rejected(format!(
+                "entry {seq} names no partition of log {:?}",
+                checkpoint.origin
+            ))
+        })?;
+    let named_root: Hash = decode_base64(&reference.root, "the directory entry's root")?
+        .try_into()
+        .map_err(|_| rejected("the directory entry's root is not 32 bytes".to_owned()))?;
+    if reference.size < checkpoint.size {
+        return Err(rejected(format!(
+            "entry {seq} names size {} of {:?}, older than the bundle's {}",
+            reference.size, checkpoint.origin, checkpoint.size
+        )));
+    }
+    let consistency = decode_hashes(&directory.consistency, "directory consistency proof")?;
+    verify_consistency(
+        checkpoint.size,
+        reference.size,
+        &consistency,
+        &checkpoint.root,
+        &named_root,
+    )
+    .map_err(|e| {
+        rejected(format!(
+            "the bundle's tree of size {} is not a prefix of the one entry {seq} names (size {}): {e}",
+            checkpoint.size, reference.size
+        ))
+    })?;
+    Ok(DirectoryReport {
+        origin: signed.origin,
+        tree_size: signed.size,
+        root: hex(&signed.root),
+        seq,
+        partition: reference.partition,
+        partition_size: reference.size,
+    })
+}
+
 /// Checks `note`'s cosignatures under `policy`: the verdict when the quorum is met,
 /// [`Error::WitnessQuorum`] when it is not, [`Error::BundleCheckpointUntrusted`] when a listed
 /// witness's line does not verify.
@@ -510,6 +638,11 @@ pub fn verify_bundle(
             })
         }
     };
+    let directory = bundle
+        .directory
+        .as_ref()
+        .map(|directory| verify_directory(directory, &checkpoint, verifiers))
+        .transpose()?;
     Ok(BundleReport {
         origin: checkpoint.origin,
         tree_size: checkpoint.size,
@@ -519,6 +652,7 @@ pub fn verify_bundle(
         entries,
         consistent_with,
         witnesses,
+        directory,
     })
 }
 
@@ -537,6 +671,10 @@ pub struct BundleRequest {
     /// Prove in the newest checkpoint these witnesses cosigned enough of; `None` takes the newest
     /// checkpoint, with whatever cosignatures it has.
     pub witness_policy: Option<WitnessPolicy>,
+    /// The directory's log, in a partitioned ledger: the bundle then carries the proof that the
+    /// newest signed directory checkpoint commits to its checkpoint (proving in the checkpoint the
+    /// directory names, when the newest is not recorded there yet).
+    pub directory: Option<ProveSource>,
 }
 
 /// A payload whose bytes a bundle could not carry.
@@ -624,6 +762,51 @@ async fn payload_blobs(
     Ok(payloads)
 }
 
+/// The newest signed directory checkpoint, and what the entry it ends with names for one log.
+struct DirectoryAnchor {
+    signed: Signed,
+    reference: CheckpointRef,
+}
+
+impl DirectoryAnchor {
+    fn named_root(&self) -> Result<Hash> {
+        BASE64
+            .decode(&self.reference.root)
+            .ok()
+            .and_then(|root| Hash::try_from(root).ok())
+            .ok_or_else(|| Error::BundleDirectoryRejected {
+                reason: format!(
+                    "the directory names root {:?}, not 32 bytes of base64",
+                    self.reference.root
+                ),
+            })
+    }
+}
+
+/// The directory's newest signed checkpoint and its last entry's reference to the log `origin`.
+async fn directory_anchor(
+    js: &jetstream::Context,
+    directory: &ProveSource,
+    origin: &str,
+) -> Result<DirectoryAnchor> {
+    let trusted = prove::checkpoints(js, directory).await?;
+    let signed = trusted.last().cloned().ok_or_else(|| Error::NoCheckpoint {
+        wanted: "of the directory".to_owned(),
+    })?;
+    let bytes = toolledger_ledger::message(js, &directory.ledger_stream, signed.checkpoint.size).await?;
+    let entry = DirectoryEntry::parse(&bytes).map_err(|e| Error::BundleDirectoryRejected {
+        reason: format!("directory entry {}: {e}", signed.checkpoint.size),
+    })?;
+    let reference = entry
+        .partitions
+        .into_iter()
+        .find(|r| r.origin == origin)
+        .ok_or_else(|| Error::BundleDirectoryRejected {
+            reason: format!("the directory names no partition of log {origin:?}"),
+        })?;
+    Ok(DirectoryAnchor { signed, reference })
+}
+
 /// Entries a bundle reads and proves at once.
 const ENTRIES_IN_FLIGHT: usize = 16;
 
@@ -658,6 +841,38 @@ pub async fn build_bundle(
     .ok_or_else(|| Error::NoCheckpoint {
         wanted: format!("covering seq {last_wanted}"),
     })?;
+    let (signed, checkpoint_note, anchor) = match &request.directory {
+        None => (signed, checkpoint_note, None),
+        Some(directory) => {
+            let anchor = directory_anchor(js, directory, &signed.checkpoint.origin).await?;
+            if anchor.reference.size >= signed.checkpoint.size {
+                (signed, checkpoint_note, Some(anchor))
+            } else if anchor.reference.size >= last_wanted && request.witness_policy.is_none() {
+                // The directory has not recorded the newest checkpoint yet: prove in the one it has.
+                let named = trusted
+                    .iter()
+                    .find(|s| s.seq == anchor.reference.checkpoint_seq)
+                    .ok_or_else(|| Error::NoCheckpoint {
+                        wanted: format!(
+                            "the one the directory names (seq {})",
+                            anchor.reference.checkpoint_seq
+                        ),
+                    })?;
+                let note = cosigned_note(js, &named.note, named.checkpoint.size).await?;
+                (named, note, Some(anchor))
+            } else {
+                return Err(Error::NoCheckpoint {
+                    wanted: format!(
+                        "of {} recorded in the directory covering seq {} (its newest entry names size {}; \
+                         the directory records each partition's checkpoints as they are signed: try again shortly)",
+                        signed.checkpoint.origin,
+                        last_wanted.max(signed.checkpoint.size),
+                        anchor.reference.size
+                    ),
+                });
+            }
+        }
+    };
     let size = signed.checkpoint.size;
     let held = match &request.since_checkpoint {
         None => None,
@@ -739,12 +954,54 @@ pub async fn build_bundle(
         }
     };
 
+    let directory = match (anchor, &request.directory) {
+        (Some(anchor), Some(log)) => {
+            let named_root = anchor.named_root()?;
+            let to_named = if anchor.reference.size == size {
+                Vec::new()
+            } else {
+                let named = prove::tree_reader(js, source, anchor.reference.size, &named_root).await?;
+                prove::consistency_in(
+                    &named,
+                    size,
+                    anchor.reference.size,
+                    &signed.checkpoint.root,
+                    &named_root,
+                )
+                .await?
+            };
+            let directory_reader = prove::tree_reader(
+                js,
+                log,
+                anchor.signed.checkpoint.size,
+                &anchor.signed.checkpoint.root,
+            )
+            .await?;
+            let inclusion = prove::inclusion_in(
+                js,
+                log,
+                &directory_reader,
+                &anchor.signed,
+                anchor.signed.checkpoint.size,
+            )
+            .await?;
+            Some(BundleDirectory {
+                checkpoint: anchor.signed.note.clone(),
+                seq: inclusion.ledger_seq,
+                entry: BASE64.encode(inclusion.entry.as_bytes()),
+                inclusion_proof: inclusion.proof,
+                consistency: to_named,
+            })
+        }
+        _ => None,
+    };
     let bundle = EvidenceBundle {
         format: FORMAT.to_owned(),
         selection: request.selection.clone(),
         checkpoint: checkpoint_note,
         entries,
         consistency,
+        directory,
     };
     let bytes = bundle.to_bytes()?;
     let verifiers = source.verifiers.clone();

@@ -133,6 +133,13 @@ pub enum Error {
         /// The ledger's root at that size, hex.
         ledger: String,
     },
+    /// An evidence bundle's directory proof does not tie its checkpoint to a signed directory
+    /// checkpoint.
+    #[error("the bundle's directory proof does not hold: {reason}")]
+    BundleDirectoryRejected {
+        /// Why.
+        reason: String,
+    },
     /// A bundle was requested without any entry.
     #[error("an evidence bundle needs at least one ledger entry")]
     EmptyBundle,

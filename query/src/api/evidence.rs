@@ -151,6 +151,15 @@ fn number(query: &Query, field: &str) -> Result<Option<u64>> {
         .transpose()
 }
 
+/// A `true`/`false` query parameter, `false` when absent.
+fn flag(query: &Query, field: &str) -> Result<bool> {
+    match query.get(field).unwrap_or("false") {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(Error::invalid(field, format!("`{other}`: use true or false"))),
+    }
+}
+
 fn required(query: &Query, field: &str) -> Result<u64> {
     number(query, field)?.ok_or_else(|| Error::invalid(field, "required"))
 }
@@ -362,18 +371,10 @@ async fn bundle(
     let result = async {
         let principal = state.authenticate(&headers)?;
         let id = path_id(field, path)?;
-        let query = Query::parse(raw, &["tenant", "with_payloads", "since_size"])?;
+        let query = Query::parse(raw, &["tenant", "with_payloads", "since_size", "with_directory"])?;
+        let with_directory = flag(&query, "with_directory")?;
         let since_size = number(&query, "since_size")?;
-        let with_payloads = match query.get("with_payloads").unwrap_or("false") {
-            "true" => true,
-            "false" => false,
-            other => {
-                return Err(Error::invalid(
-                    "with_payloads",
-                    format!("`{other}`: use true or false"),
-                ));
-            }
-        };
+        let with_payloads = flag(&query, "with_payloads")?;
         let tenant = principal.scope(query.get("tenant"))?;
         params::id(field, &id)?;
         let ledger = state.ledger("bundles")?;
@@ -428,6 +429,16 @@ async fn bundle(
                 .witness_policy
                 .clone()
                 .filter(|_| partition == Partition::ZERO),
+            directory: match (with_directory, &ledger.directory) {
+                (false, _) => None,
+                (true, Some(directory)) => Some(directory.clone()),
+                (true, None) => {
+                    return Err(Error::invalid(
+                        "with_directory",
+                        "a ledger of one partition has no directory: its checkpoint is the one value",
+                    ));
+                }
+            },
         };
         let built = build_bundle(&ledger.js, source, &request).await?;
         let row = if what == "invocation" {

@@ -48,6 +48,10 @@ pub struct Args {
     /// The blob store to read payloads from (default `payloads.blob_store`, else `<data_dir>/blobs`).
     #[arg(long, value_name = "URL", requires = "with_payloads")]
     pub blobs: Option<String>,
+    /// In a partitioned ledger: add the proof that the newest signed directory checkpoint commits
+    /// to the bundle's checkpoint, so one signed directory checkpoint vouches for the bundle.
+    #[arg(long)]
+    pub with_directory: bool,
     /// Where to write the bundle.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
@@ -151,6 +155,20 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let js = async_nats::jetstream::new(connect(&url, "toolledger-bundle").await?);
     // Routing by the rule needs the ledger's own count, not a lower one.
     super::verify::check_count(&js, &args.checkpoints, &config).await?;
+    let directory = if args.with_directory {
+        let (stream, origin, tiles) =
+            super::prove::directory_log(&config, args.tiles.as_deref()).context("--with-directory")?;
+        Some(ProveSource {
+            ledger_stream: stream,
+            checkpoint_stream: args.checkpoints.clone(),
+            verifiers: verifiers.clone(),
+            origin: Some(origin),
+            tiles,
+            trusted: Default::default(),
+        })
+    } else {
+        None
+    };
     let source = ProveSource {
         ledger_stream: args.stream.clone().unwrap_or(stream),
         checkpoint_stream: args.checkpoints,
@@ -174,6 +192,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             ),
             (_, _) => None,
         },
+        directory,
     };
     let built = build_bundle(&js, &source, &request).await?;
 
@@ -211,6 +230,9 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     }
     if let Some(witnesses) = &report.witnesses {
         println!("{}", super::verify_bundle::witnessed_line(witnesses));
+    }
+    if let Some(directory) = &report.directory {
+        println!("{}", super::verify_bundle::directory_line(directory));
     }
     Ok(())
 }

@@ -9,6 +9,8 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
+
 use toolledger_core::config::Config;
 use toolledger_verify::{ProveSource, prove_consistency, prove_inclusion};
 use toolledger_wire::directory;
@@ -103,23 +105,30 @@ pub(crate) fn partition_log(
     Ok((partition.stream(), partition.origin(&config.ledger.origin), tiles))
 }
 
+/// The directory's log over a partitioned ledger: its stream, its checkpoints' origin and its tiles
+/// (under `--tiles` or the configured ones); refused for a ledger of one partition.
+pub(crate) fn directory_log(
+    config: &Config,
+    tiles_flag: Option<&str>,
+) -> anyhow::Result<(String, String, Option<toolledger_merkle::TileStore>)> {
+    anyhow::ensure!(
+        config.ledger.partitions > 1,
+        "a ledger of one partition has no directory (ledger.partitions; docs/scaling.md)"
+    );
+    let base = tiles_flag.map_or_else(|| config.tiles_location(), str::to_owned);
+    Ok((
+        directory::STREAM.to_owned(),
+        directory::origin(&config.ledger.origin),
+        tiles_at(&directory::tiles(&base), tiles_flag.is_some())?,
+    ))
+}
+
 /// Produces the proof and prints it.
 pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let verifiers = load_verifiers(&config, args.key.as_deref())?;
-    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
-    let base_tiles = args.tiles.clone().unwrap_or_else(|| config.tiles_location());
-    let explicit = args.tiles.is_some();
     // The log proved in: its stream, its checkpoints' origin, its tiles.
     let (stream, origin, tiles) = if args.directory {
-        anyhow::ensure!(
-            partitions.count() > 1,
-            "--directory: a ledger of one partition has no directory (ledger.partitions)"
-        );
-        (
-            directory::STREAM.to_owned(),
-            directory::origin(&config.ledger.origin),
-            tiles_at(&directory::tiles(&base_tiles), explicit)?,
-        )
+        directory_log(&config, args.tiles.as_deref()).context("--directory")?
     } else {
         let partition = partition_of(&config, args.tenant.as_deref(), args.partition)?;
         let (stream, origin, tiles) = partition_log(&config, partition, args.tiles.as_deref())?;

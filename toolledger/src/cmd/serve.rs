@@ -14,7 +14,6 @@ use std::net::SocketAddr;
 use toolledger_core::config::Config;
 use toolledger_core::telemetry::Telemetry;
 use toolledger_query::{ApiOptions, Tokens};
-use toolledger_wire::directory;
 use toolledger_wire::partition::Partitions;
 
 /// Flags of `toolledger serve`.
@@ -73,11 +72,7 @@ pub fn ledger_access(
         .map(|partition| super::prove::partition_log(config, partition, None).map(source))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let directory = if partitions.count() > 1 {
-        Some(source((
-            directory::STREAM.to_owned(),
-            directory::origin(&config.ledger.origin),
-            super::verify::tiles_at(&directory::tiles(&config.tiles_location()), false)?,
-        )))
+        Some(source(super::prove::directory_log(config, None)?))
     } else {
         None
     };

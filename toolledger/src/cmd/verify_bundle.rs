@@ -124,6 +124,23 @@ fn print_report(file: &std::path::Path, report: &BundleReport) {
     if let Some(witnesses) = &report.witnesses {
         println!("{}", witnessed_line(witnesses));
     }
+    if let Some(directory) = &report.directory {
+        println!("{}", directory_line(directory));
+    }
+}
+
+/// Which signed directory checkpoint commits to the bundle's.
+pub fn directory_line(directory: &toolledger_verify::bundle::DirectoryReport) -> String {
+    format!(
+        "in the directory: entry {} of {} (tree of size {}, root {}) names partition p{} at size {}, \
+         of which the bundle's tree is a prefix",
+        directory.seq,
+        directory.origin,
+        directory.tree_size,
+        directory.root,
+        directory.partition,
+        directory.partition_size
+    )
 }
 
 /// Which witnesses cosigned the checkpoint, against the policy.

@@ -306,7 +306,7 @@ def check_entry(item, size, root, selection):
 
 def verify(data, keys):
     doc = parse_file(data)
-    members(doc, ["format", "selection", "checkpoint", "entries"], ["consistency"], "the bundle")
+    members(doc, ["format", "selection", "checkpoint", "entries"], ["consistency", "directory"], "the bundle")
     require(doc["format"] == FORMAT, "unknown format")
 
     selection = doc["selection"]
@@ -341,7 +341,37 @@ def verify(data, keys):
         proof = hash_list(consistency["proof"], "consistency proof")
         require(consistency_ok(old_size, size, proof, old_root, root),
                 "the consistency proof does not verify")
+    if "directory" in doc:
+        check_directory(doc["directory"], keys, origin, size, root)
     return len(entries), size
+
+
+def check_directory(directory, keys, origin, size, root):
+    """§4.8: a signed directory checkpoint commits to the bundle's checkpoint."""
+    members(directory, ["checkpoint", "seq", "entry", "inclusion_proof", "consistency"], [], "directory")
+    text, _ = open_note(directory["checkpoint"], keys, "directory checkpoint")
+    dir_origin, dir_size, dir_root = parse_checkpoint(text, "directory checkpoint")
+    seq = directory["seq"]
+    require(is_int(seq) and 1 <= seq <= dir_size, "the directory entry is outside the directory's tree")
+    entry = b64(directory["entry"], "directory entry")
+    proof = hash_list(directory["inclusion_proof"], "directory inclusion proof")
+    require(inclusion_ok(leaf_hash(entry), seq - 1, dir_size, proof, dir_root),
+            "the directory entry is not included under the directory's root")
+    parsed = json.loads(entry.decode("utf-8"))
+    references = parsed.get("partitions") if isinstance(parsed, dict) else None
+    require(isinstance(references, list) and references and all(isinstance(r, dict) for r in references),
+            "the directory entry names no partitions")
+    require(dir_origin == str(references[0].get("origin")) + "/directory",
+            "the directory checkpoint is not the directory of this ledger")
+    named = [r for r in references if r.get("origin") == origin]
+    require(len(named) == 1, "the directory entry does not name the bundle's log")
+    named_size = named[0].get("size")
+    named_root = b64(named[0].get("root"), "the directory entry's root")
+    require(is_int(named_size) and len(named_root) == 32, "the directory entry's reference is malformed")
+    require(named_size >= size, "the directory names an older checkpoint of the bundle's log")
+    path = hash_list(directory["consistency"], "directory consistency proof")
+    require(consistency_ok(size, named_size, path, root, named_root),
+            "the bundle's tree is not a prefix of the one the directory names")
 
 
 def main(argv):

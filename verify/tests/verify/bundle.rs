@@ -97,6 +97,7 @@ fn invocation_request(store: &BlobStore, since: Option<String>) -> BundleRequest
         since_checkpoint: since,
         blobs: Some(store.clone()),
         witness_policy: None,
+        directory: None,
     }
 }
 
@@ -327,6 +328,7 @@ async fn a_session_bundle_of_generated_events_verifies_and_python_rejects_change
             since_checkpoint: None,
             blobs: Some(store),
             witness_policy: None,
+            directory: None,
         },
     )
     .await
@@ -353,6 +355,7 @@ async fn a_session_bundle_of_generated_events_verifies_and_python_rejects_change
             since_checkpoint: None,
             blobs: None,
             witness_policy: None,
+            directory: None,
         },
     )
     .await
