@@ -43,6 +43,7 @@ use toolledger_merkle::{
     verify_inclusion,
 };
 use toolledger_wire::directory::{self, CheckpointRef, DirectoryEntry};
+use toolledger_wire::partition::Partitions;
 use toolledger_wire::{PayloadRef, Tenant};
 
 use crate::prove::{self, ProveSource};
@@ -509,13 +510,27 @@ fn verify_directory(
         ))
     })?;
     let entry = DirectoryEntry::parse(&bytes).map_err(|e| rejected(e.to_string()))?;
+    if entry.to_bytes().ok().as_deref() != Some(&bytes[..]) {
+        return Err(rejected(format!(
+            "entry {seq} is not in its canonical form (RFC 8785)"
+        )));
+    }
     // The directory is this ledger's: its origin is its first partition's (the ledger's) plus
-    // `/directory`, and it names the bundle's log among its partitions.
+    // `/directory`; it names every partition once, in order, each under its own origin; and the
+    // bundle's log is one of them.
     let ledger_origin = entry
         .partitions
         .first()
         .map(|r| r.origin.as_str())
         .unwrap_or_default();
+    let partitions = u16::try_from(entry.partitions.len())
+        .ok()
+        .and_then(|count| Partitions::new(count).ok())
+        .filter(|partitions| partitions.count() > 1)
+        .ok_or_else(|| rejected(format!("entry {seq} names {} partitions", entry.partitions.len())))?;
+    if let Some(problem) = entry.shape_problem(partitions, ledger_origin) {
+        return Err(rejected(format!("entry {seq}: {problem}")));
+    }
     if signed.origin != directory::origin(ledger_origin) {
         return Err(rejected(format!(
             "the directory checkpoint is of log {:?}, not the directory of {ledger_origin:?}",
@@ -849,13 +864,16 @@ pub async fn build_bundle(
                 (signed, checkpoint_note, Some(anchor))
             } else if anchor.reference.size >= last_wanted && request.witness_policy.is_none() {
                 // The directory has not recorded the newest checkpoint yet: prove in the one it has.
+                let named_root = anchor.named_root()?;
                 let named = trusted
                     .iter()
                     .find(|s| s.seq == anchor.reference.checkpoint_seq)
-                    .ok_or_else(|| Error::NoCheckpoint {
-                        wanted: format!(
-                            "the one the directory names (seq {})",
-                            anchor.reference.checkpoint_seq
+                    .filter(|s| s.checkpoint.size == anchor.reference.size && s.checkpoint.root == named_root)
+                    .ok_or_else(|| Error::BundleDirectoryRejected {
+                        reason: format!(
+                            "the directory names checkpoint seq {} of {} at size {}, which is not a trusted \
+                             checkpoint of that size and root (toolledger verify says why)",
+                            anchor.reference.checkpoint_seq, signed.checkpoint.origin, anchor.reference.size
                         ),
                     })?;
                 let note = cosigned_note(js, &named.note, named.checkpoint.size).await?;

@@ -357,17 +357,29 @@ def check_directory(directory, keys, origin, size, root):
     proof = hash_list(directory["inclusion_proof"], "directory inclusion proof")
     require(inclusion_ok(leaf_hash(entry), seq - 1, dir_size, proof, dir_root),
             "the directory entry is not included under the directory's root")
-    parsed = json.loads(entry.decode("utf-8"))
-    references = parsed.get("partitions") if isinstance(parsed, dict) else None
-    require(isinstance(references, list) and references and all(isinstance(r, dict) for r in references),
-            "the directory entry names no partitions")
-    require(dir_origin == str(references[0].get("origin")) + "/directory",
+    parsed = json.loads(entry.decode("utf-8"), object_pairs_hook=no_duplicates)
+    members(parsed, ["partitions", "recorded_at"], [], "the directory entry")
+    require(isinstance(parsed["recorded_at"], str), "the directory entry's recorded_at is not a string")
+    references = parsed["partitions"]
+    require(isinstance(references, list) and len(references) >= 2, "the directory entry names under two partitions")
+    for index, reference in enumerate(references):
+        members(reference, ["checkpoint_seq", "origin", "partition", "root", "size"], [], "a directory reference")
+        require(all(is_int(reference[k]) and reference[k] >= 0 for k in ("checkpoint_seq", "partition", "size"))
+                and isinstance(reference["origin"], str) and isinstance(reference["root"], str),
+                "a directory reference is malformed")
+        ledger_origin = references[0]["origin"]
+        expected = ledger_origin if index == 0 else f"{ledger_origin}/p{index}"
+        require(reference["partition"] == index and reference["origin"] == expected,
+                "the directory entry does not name every partition in order under its origin")
+    canonical = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    require(canonical == entry, "the directory entry is not in its canonical form (RFC 8785)")
+    require(dir_origin == references[0]["origin"] + "/directory",
             "the directory checkpoint is not the directory of this ledger")
-    named = [r for r in references if r.get("origin") == origin]
+    named = [r for r in references if r["origin"] == origin]
     require(len(named) == 1, "the directory entry does not name the bundle's log")
-    named_size = named[0].get("size")
-    named_root = b64(named[0].get("root"), "the directory entry's root")
-    require(is_int(named_size) and len(named_root) == 32, "the directory entry's reference is malformed")
+    named_size = named[0]["size"]
+    named_root = b64(named[0]["root"], "the directory entry's root")
+    require(len(named_root) == 32, "the directory entry's root is not 32 bytes")
     require(named_size >= size, "the directory names an older checkpoint of the bundle's log")
     path = hash_list(directory["consistency"], "directory consistency proof")
     require(consistency_ok(size, named_size, path, root, named_root),
