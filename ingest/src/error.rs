@@ -139,6 +139,19 @@ pub enum Error {
         /// This process's holder name.
         holder: String,
     },
+    /// This process's scrubber key is not the one the ledger's other ingest processes use.
+    #[error(
+        "this ingest's scrubber key (fingerprint {ours}) is not the ledger's ({recorded}, recorded in \
+         ATL_LEASES `ingest-scrub-key`): copy scrub-hmac.key from another ingest's data directory, or \
+         a re-sent event carrying a secret would be quarantined as duplicate_conflict \
+         (docs/scaling.md; after a deliberate change of key, delete that entry)"
+    )]
+    ScrubKeyDiffers {
+        /// This process's key's fingerprint.
+        ours: String,
+        /// The recorded one.
+        recorded: String,
+    },
     /// The scrubber's HMAC key file could not be read or created.
     #[error("scrub key {path}: {reason}")]
     ScrubKey {

@@ -17,6 +17,35 @@ use crate::{Error, Result};
 /// The bucket that holds the leases.
 pub const LEASE_BUCKET: &str = "ATL_LEASES";
 
+/// The key of ATL_LEASES that records the scrubber key's fingerprint every ingest of the ledger
+/// must share.
+pub const SCRUB_KEY_KEY: &str = "ingest-scrub-key";
+
+/// Records `fingerprint` as the ledger's scrubber key when none is recorded yet, else checks it is
+/// the one recorded: every ingest process of a ledger must scrub with the same key, or an event
+/// carrying a secret that one appended and another is redelivered compares unequal and is
+/// quarantined as `duplicate_conflict` (docs/scaling.md).
+pub async fn agree_on_scrub_key(store: &kv::Store, fingerprint: &str) -> Result<()> {
+    let recorded = match store.create(SCRUB_KEY_KEY, fingerprint.to_owned().into()).await {
+        Ok(_) => return Ok(()),
+        Err(error) if error.kind() == CreateErrorKind::AlreadyExists => store
+            .get(SCRUB_KEY_KEY)
+            .await
+            .map_err(|e| lease_error(SCRUB_KEY_KEY, e))?
+            .map(|value| String::from_utf8_lossy(&value).into_owned())
+            .unwrap_or_default(),
+        Err(error) => return Err(lease_error(SCRUB_KEY_KEY, error)),
+    };
+    if recorded == fingerprint {
+        Ok(())
+    } else {
+        Err(Error::ScrubKeyDiffers {
+            ours: fingerprint.to_owned(),
+            recorded,
+        })
+    }
+}
+
 /// What a lease key holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {

@@ -186,6 +186,15 @@ impl ScrubKey {
         }
     }
 
+    /// A fingerprint that tells keys apart and reveals nothing of them: the first 16 bytes of
+    /// HMAC-SHA256 under the key of a fixed label, hex.
+    pub fn fingerprint(&self) -> String {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(b"toolledger scrub-hmac.key fingerprint");
+        toolledger_wire::entry::hex(&mac.finalize().into_bytes()[..16])
+    }
+
     fn parse(text: &str) -> std::result::Result<Self, String> {
         if text.len() != 64 || !text.is_ascii() {
             return Err(format!("expected 64 hex digits, found {} characters", text.len()));

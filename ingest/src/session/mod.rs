@@ -46,7 +46,7 @@ use crate::payload::{OffloadConfig, UploadCollector};
 use crate::pipeline::{self, InFlight, Offloaded, Stages, Verdict};
 use crate::poison;
 use crate::quarantine::{self, Original};
-use crate::scrub::ScrubConfig;
+use crate::scrub::{ScrubConfig, ScrubKey};
 use crate::witnessing::{Witnessing, WitnessingSettings};
 use crate::{Error, Result};
 
@@ -759,6 +759,9 @@ impl Session {
             .get_key_value(LEASE_BUCKET)
             .await
             .map_err(|e| Error::stream(LEASE_BUCKET, "opening the bucket", e))?;
+        // Nothing is written with a scrubber key the ledger's other writers do not share.
+        let scrub_key = ScrubKey::load_or_create(&settings.data_dir.join(crate::scrub::KEY_FILE_NAME))?;
+        crate::lease::agree_on_scrub_key(&leases, &scrub_key.fingerprint()).await?;
         // Taken only while this process holds fewer partitions than its share, so the writers of
         // several processes spread over the partitions.
         membership.ready();

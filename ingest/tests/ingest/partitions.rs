@@ -219,6 +219,69 @@ async fn a_dead_writers_partitions_are_taken_over_and_nothing_is_lost_or_repeate
 }
 
 #[tokio::test]
+async fn a_writer_with_another_scrubber_key_takes_no_partition_and_says_why() {
+    let nats = NatsFixture::start();
+    let js = jetstream::new(nats.client().await);
+    let partitions = partitioned_contract(&js, 2).await;
+    let (a_dir, b_dir) = two_data_dirs();
+    // B's key is its own: the ledger's writers would not agree on a secret's marker.
+    std::fs::remove_file(b_dir.path().join(toolledger_ingest::scrub::KEY_FILE_NAME)).unwrap();
+    let adjust = |settings: &mut toolledger_ingest::session::IngestSettings| {
+        settings.partitions = partitions;
+        settings.checkpoint.interval = Duration::from_millis(100);
+    };
+    let a = Running::start_with(&nats, a_dir.path(), adjust);
+    let first = events_of(&TENANTS, 100, 400);
+    publish(&js, &first, Mode::Binary, false).await;
+    drained(&js).await;
+    a.stop().await;
+    // A is gone and every lease free, yet B writes nothing: its health names the key.
+    let b = Running::start_with(&nats, b_dir.path(), adjust);
+    let second = events_of(&TENANTS, 100, 500);
+    publish(&js, &second, Mode::Binary, false).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        let report = b.health.report();
+        if let Some(component) = report
+            .components
+            .values()
+            .find(|c| !c.ok && c.detail.contains("ingest-scrub-key"))
+        {
+            break component.detail.clone();
+        }
+        assert!(Instant::now() < deadline, "{report:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(refused.contains("copy scrub-hmac.key"), "{refused}");
+    let written: u64 = {
+        let mut total = 0;
+        for partition in partitions.all() {
+            total += partition_entries(&js, partition).await.len() as u64;
+        }
+        total
+    };
+    // The first events and the partition rule's record, nothing of the second.
+    assert_eq!(written, first.len() as u64 + 1);
+    b.stop().await;
+    // With the ledger's key, the second events land.
+    let a = Running::start_with(&nats, a_dir.path(), adjust);
+    drained(&js).await;
+    a.stop().await;
+    let mut landed = BTreeMap::new();
+    for partition in partitions.all() {
+        let parsed: Vec<LedgerEntry> = partition_entries(&js, partition)
+            .await
+            .into_iter()
+            .map(|(_, entry, _)| entry)
+            .collect();
+        landed.extend(entry_ids_by_tenant(&parsed));
+    }
+    assert_eq!(the_rule(&mut landed, partitions), 1);
+    let all: Vec<_> = first.iter().chain(&second).cloned().collect();
+    assert_eq!(landed, ids_by_tenant(&all));
+}
+
+#[tokio::test]
 async fn a_published_partition_rule_is_refused_and_the_writers_own_stands() {
     let nats = NatsFixture::start();
     let js = jetstream::new(nats.client().await);

@@ -251,7 +251,10 @@ pub async fn run(config: Config, args: Args, shutdown: impl Future<Output = ()>)
         let ledger = wait_for_ingest(&jetstream, home).await?;
         say(&format!(
             "demo: ingest drained ATL_INBOUND; {} holds {ledger} entries",
-            home.stream()
+            match partitions.count() {
+                1 => "the ledger".to_owned(),
+                _ => home.stream(),
+            }
         ));
         let states = wait_for_projection(&config.data_dir, home, ledger).await?;
         say(&format!(
