@@ -267,18 +267,7 @@ async fn a_writer_with_another_scrubber_key_takes_no_partition_and_says_why() {
     let a = Running::start_with(&nats, a_dir.path(), adjust);
     drained(&js).await;
     a.stop().await;
-    let mut landed = BTreeMap::new();
-    for partition in partitions.all() {
-        let parsed: Vec<LedgerEntry> = partition_entries(&js, partition)
-            .await
-            .into_iter()
-            .map(|(_, entry, _)| entry)
-            .collect();
-        landed.extend(entry_ids_by_tenant(&parsed));
-    }
-    assert_eq!(the_rule(&mut landed, partitions), 1);
-    let all: Vec<_> = first.iter().chain(&second).cloned().collect();
-    assert_eq!(landed, ids_by_tenant(&all));
+    landed_once_each(&js, partitions, &[&first, &second]).await;
 }
 
 #[tokio::test]
@@ -369,6 +358,23 @@ async fn assert_the_directory_names_every_partitions_last_checkpoint(
     assert!(checkpoint.origin.ends_with("/directory"), "{}", checkpoint.origin);
     let leaves: Vec<_> = entries.iter().map(|(_, bytes)| leaf_hash(bytes)).collect();
     assert_eq!(checkpoint.root, root_of(&leaves));
+}
+
+/// Every partition's entries are exactly the events `sent`, each once, in each tenant's order, and
+/// the partition rule's record once.
+async fn landed_once_each(js: &jetstream::Context, partitions: Partitions, sent: &[&[serde_json::Value]]) {
+    let mut landed = BTreeMap::new();
+    for partition in partitions.all() {
+        let parsed: Vec<LedgerEntry> = partition_entries(js, partition)
+            .await
+            .into_iter()
+            .map(|(_, entry, _)| entry)
+            .collect();
+        landed.extend(entry_ids_by_tenant(&parsed));
+    }
+    assert_eq!(the_rule(&mut landed, partitions), 1);
+    let all: Vec<serde_json::Value> = sent.iter().flat_map(|events| events.iter().cloned()).collect();
+    assert_eq!(landed, ids_by_tenant(&all));
 }
 
 /// Takes the partition rule's records (tenant `_system`) out of `landed`: how many there were, each
@@ -565,18 +571,7 @@ async fn two_processes_share_the_partitions_and_the_first_hands_half_on() {
     drained(&js).await;
     b.stop().await;
 
-    let mut landed = BTreeMap::new();
-    for partition in partitions.all() {
-        let parsed: Vec<LedgerEntry> = partition_entries(&js, partition)
-            .await
-            .into_iter()
-            .map(|(_, entry, _)| entry)
-            .collect();
-        landed.extend(entry_ids_by_tenant(&parsed));
-    }
-    assert_eq!(the_rule(&mut landed, partitions), 1);
-    let all: Vec<_> = first.iter().chain(&second).chain(&third).cloned().collect();
-    assert_eq!(landed, ids_by_tenant(&all));
+    landed_once_each(&js, partitions, &[&first, &second, &third]).await;
 }
 
 #[tokio::test]
