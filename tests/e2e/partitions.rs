@@ -536,7 +536,31 @@ fn a_ledger_of_four_partitions_is_written_verified_projected_served_and_bundled_
 
 #[test]
 fn up_demo_runs_over_four_partitions_and_verifies_the_demo_tenants() {
-    let stdout = crate::query::up_demo(4);
+    // And the web view over it, in headless Chromium: the admin names the tenant to list, and an
+    // invocation verifies in its partition (tests/browser/partitions.mjs).
+    let stdout = crate::query::up_demo(4, |data, api, token| {
+        let Some(script_dir) = crate::web::browser_or_skip() else {
+            return;
+        };
+        let key = std::fs::read_to_string(data.join("keys/checkpoint.pub")).unwrap();
+        crate::web::run_browser_script(
+            &script_dir,
+            "partitions.mjs",
+            "the web view over four partitions",
+            &[
+                ("TOOLLEDGER_UI_BASE", format!("http://{api}")),
+                ("TOOLLEDGER_UI_ADMIN_TOKEN", token.to_owned()),
+                ("TOOLLEDGER_UI_TENANT", "acme".to_owned()),
+                ("TOOLLEDGER_UI_KEY", key.trim().to_owned()),
+            ],
+            &[
+                "partitions-tenant-required",
+                "partitions-sessions",
+                "partitions-verification",
+            ],
+            String::new,
+        );
+    });
     // The demo tenant's events are in its partition, projected and verified there.
     let home = Partitions::new(4).unwrap().of("acme");
     assert!(stdout.contains(&format!("{} holds", home.stream())), "{stdout}");

@@ -1106,13 +1106,13 @@ fn api_and_cli_match_the_generator_truth_and_refuse_bad_input() {
 /// reconstructed invocation and a passing verify.
 #[test]
 fn up_demo_prints_a_reconstructed_invocation_and_a_passing_verify() {
-    up_demo(1);
+    up_demo(1, |_, _, _| {});
 }
 
 /// `toolledger up --demo` over a ledger of `partitions`: it prints a reconstructed invocation and a
-/// passing verify of the demo tenant's partition, and its API serves that invocation. Returns the
-/// output.
-pub(crate) fn up_demo(partitions: u16) -> String {
+/// passing verify of the demo tenant's partition, and its API serves that invocation; then
+/// `while_running` gets its data directory, API address and admin token. Returns the output.
+pub(crate) fn up_demo(partitions: u16, while_running: impl FnOnce(&Path, SocketAddr, &str)) -> String {
     let data = tempfile::tempdir().unwrap();
     let bin = nats_server_bin();
     let partitions = partitions.to_string();
@@ -1150,6 +1150,7 @@ pub(crate) fn up_demo(partitions: u16) -> String {
     assert_eq!(reply.status, 200, "{}", reply.body);
     Contract::load().check("Reconstruction", &reply.json());
     assert_eq!(request(api, "GET", path, None).status, 401);
+    while_running(data.path(), api, token.trim());
     assert!(up.terminate(Duration::from_secs(30)).unwrap().success());
     stdout
 }

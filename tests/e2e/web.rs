@@ -234,7 +234,7 @@ fn the_web_view_names_the_witnesses_and_flags_a_checkpoint_under_the_pinned_quor
 /// Runs a browser script of `tests/browser` with `env` and screenshots going to
 /// `TOOLLEDGER_SCREENSHOTS` (else a temporary directory): it must exit 0 reporting ` passed, 0
 /// failed`, and leave each of `screenshots` as a PNG. `server_stderr` is shown when it fails.
-fn run_browser_script(
+pub(crate) fn run_browser_script(
     script_dir: &Path,
     script: &str,
     what: &str,
