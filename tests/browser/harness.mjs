@@ -85,3 +85,23 @@ export async function openBrowser({ base, shots }) {
   };
   return b;
 }
+
+/**
+ * Runs `walk` (a script's steps and checks) in `browser`, then checks that no script error or
+ * policy violation was recorded (`allowed(problem)` excepts expected ones); a walk that throws is a
+ * failure with a screenshot. Closes the browser and exits with the verdict (`bookkeeping.finish`).
+ */
+export async function walkThrough(browser, bookkeeping, walk, allowed = () => false) {
+  const { check, finish } = bookkeeping;
+  try {
+    await walk();
+    const unexpected = browser.problems.filter((p) => !allowed(p));
+    check(unexpected.length === 0, 'no script errors or policy violations', unexpected.join(' | '));
+  } catch (error) {
+    check(false, 'the walk-through ran to its end', error.stack);
+    await browser.shot('failure').catch(() => {});
+  } finally {
+    await browser.close();
+  }
+  finish();
+}

@@ -7,7 +7,7 @@
 // TOOLLEDGER_SCREENSHOTS (a directory). Exits 1 when any check fails.
 
 import crypto from 'node:crypto';
-import { checks, env, openBrowser } from './harness.mjs';
+import { checks, env, openBrowser, walkThrough } from './harness.mjs';
 
 const base = env('TOOLLEDGER_UI_BASE');
 const adminToken = env('TOOLLEDGER_UI_ADMIN_TOKEN');
@@ -15,7 +15,8 @@ const tenantToken = env('TOOLLEDGER_UI_TENANT_TOKEN');
 const tenant = env('TOOLLEDGER_UI_TENANT');
 const verifierKey = env('TOOLLEDGER_UI_KEY').trim();
 const shots = env('TOOLLEDGER_SCREENSHOTS');
-const { check, finish } = checks();
+const bookkeeping = checks();
+const { check } = bookkeeping;
 
 // The API as a plain client sees it: what the page must agree with.
 async function api(pathname, params = {}, token = adminToken) {
@@ -37,10 +38,10 @@ async function apiAll(pathname, params = {}, token = adminToken) {
 }
 
 const browser = await openBrowser({ base, shots });
-const { page, problems, requests, ready, navigate, go, shot, text } = browser;
+const { page, requests, ready, navigate, go, shot, text } = browser;
 const signIn = (token, key = verifierKey) => browser.signIn(token, key);
 
-try {
+await walkThrough(browser, bookkeeping, async () => {
   // Assets: no token needed, strict policy; data: token needed.
   const index = await fetch(`${base}/`);
   const csp = index.headers.get('content-security-policy') || '';
@@ -295,12 +296,4 @@ try {
   const refused = await page.textContent('[data-test=error]').catch(() => '');
   check(/40[34]/.test(refused), `another tenant's session by URL is refused (${refused.trim().slice(0, 40)})`);
   check(!(await page.$('[data-test=timeline]')), 'and nothing of it is drawn');
-
-  check(problems.length === 0, 'no script errors or policy violations', problems.join(' | '));
-} catch (error) {
-  check(false, 'the walk-through ran to its end', error.stack);
-  await shot('failure').catch(() => {});
-} finally {
-  await browser.close();
-}
-finish();
+});

@@ -9,7 +9,7 @@
 // (the log's verifier key), TOOLLEDGER_UI_WITNESS_KEYS (the three witnesses' verifier keys, one per
 // line), TOOLLEDGER_UI_STRANGER_KEY (a witness key that cosigned nothing), TOOLLEDGER_SCREENSHOTS.
 
-import { checks, env, openBrowser } from './harness.mjs';
+import { checks, env, openBrowser, walkThrough } from './harness.mjs';
 
 const base = env('TOOLLEDGER_UI_BASE');
 const token = env('TOOLLEDGER_UI_ADMIN_TOKEN');
@@ -18,7 +18,8 @@ const logKey = env('TOOLLEDGER_UI_KEY').trim();
 const witnessKeys = env('TOOLLEDGER_UI_WITNESS_KEYS').trim().split('\n').map((k) => k.trim());
 const strangerKey = env('TOOLLEDGER_UI_STRANGER_KEY').trim();
 const shots = env('TOOLLEDGER_SCREENSHOTS');
-const { check, finish } = checks();
+const bookkeeping = checks();
+const { check } = bookkeeping;
 const nameOf = (vkey) => vkey.split('+')[0];
 const witnessNames = witnessKeys.map(nameOf);
 
@@ -43,7 +44,7 @@ function keepOnly(note, keep) {
 }
 
 const browser = await openBrowser({ base, shots });
-const { page, problems, ready, go, shot } = browser;
+const { page, ready, go, shot } = browser;
 const textOf = (selector) => page.evaluate((s) => document.querySelector(s)?.textContent ?? '', selector);
 
 /** Pins a policy through the Settings form and waits until it is stored. */
@@ -57,7 +58,7 @@ async function pinPolicy(keys, quorum) {
   await ready();
 }
 
-try {
+await walkThrough(browser, bookkeeping, async () => {
   await browser.signIn(token, logKey);
   const invocation = (await api('/v1/invocations', { tenant, limit: 1 })).items[0];
   const reconstruction = await api(`/v1/invocations/${encodeURIComponent(invocation.invocation_id)}`, { tenant });
@@ -170,12 +171,4 @@ try {
   r = await verification();
   check(r.verified === 'true' && !r.badge.includes('witness') && r.witnessed === '' && r.ok === entries * 5,
     'no policy: verified as before, no witness column or text', JSON.stringify(r));
-
-  check(problems.length === 0, 'no script errors or policy violations', problems.join(' | '));
-} catch (error) {
-  check(false, 'the walk-through ran to its end', error.stack);
-  await shot('failure').catch(() => {});
-} finally {
-  await browser.close();
-}
-finish();
+});
