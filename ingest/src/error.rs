@@ -142,9 +142,9 @@ pub enum Error {
     /// This process's scrubber key is not the one the ledger's other ingest processes use.
     #[error(
         "this ingest's scrubber key (fingerprint {ours}) is not the ledger's ({recorded}, recorded in \
-         ATL_LEASES `ingest-scrub-key`): copy scrub-hmac.key from another ingest's data directory, or \
-         a re-sent event carrying a secret would be quarantined as duplicate_conflict \
-         (docs/scaling.md; after a deliberate change of key, delete that entry)"
+         ATL_LEASES `ingest-scrub-key`): copy scrub-hmac.key from another ingest's data directory \
+         and restart this ingest, or a re-sent event carrying a secret would be quarantined as \
+         duplicate_conflict (docs/scaling.md; docs/runbooks.md for a deliberate change of key)"
     )]
     ScrubKeyDiffers {
         /// This process's key's fingerprint.

@@ -390,6 +390,8 @@ pub struct Scrubber {
     /// Whether credential names, shapes inside strings, attributes and envelope fields are scrubbed
     /// (always, but for the benchmark that prices them).
     shapes: bool,
+    /// The key's [`ScrubKey::fingerprint`]: the key this scrubber holds, whatever the file says now.
+    fingerprint: String,
 }
 
 /// What a walk found: values to replace whole, strings with secrets inside, strings already holding
@@ -405,6 +407,7 @@ impl Scrubber {
     /// A scrubber with `key` and the deployment's configured paths.
     pub fn new(key: ScrubKey, config: &ScrubConfig) -> Self {
         Self {
+            fingerprint: key.fingerprint(),
             mac: <Hmac<Sha256> as Mac>::new_from_slice(&key.0)
                 .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length")),
             paths: config.paths.iter().map(|p| pointer_tokens(p)).collect(),
@@ -427,6 +430,11 @@ impl Scrubber {
     pub fn without_shapes(mut self) -> Self {
         self.shapes = false;
         self
+    }
+
+    /// The fingerprint of the key this scrubber marks secrets with.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
     }
 
     /// The registry of declared sensitive fields.

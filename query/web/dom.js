@@ -107,9 +107,16 @@ export function tenantForm(error, label, go) {
     h('p', {}, error.message),
     h('label', {}, 'Tenant', input),
     h('button', { type: 'submit', class: 'primary' }, label));
+  input.addEventListener('input', () => input.setCustomValidity(''));
   form.addEventListener('submit', (event) => {
     event.preventDefault();
-    go(input.value.trim());
+    const tenant = input.value.trim();
+    if (!tenant) {
+      input.setCustomValidity('Name a tenant.');
+      input.reportValidity();
+      return;
+    }
+    go(tenant);
   });
   return form;
 }

@@ -1,6 +1,7 @@
 // What the browser tests share: their environment, pass/fail bookkeeping, a headless Chromium on a
 // throw-away profile that records script errors and requests, and the page moves (sign in, follow a
-// link, go to a hash, take a screenshot). Used by ui.mjs and witness.mjs.
+// link, go to a hash, take a screenshot), and the walk-through's ending. Used by ui.mjs, witness.mjs
+// and partitions.mjs.
 
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';

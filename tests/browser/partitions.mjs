@@ -2,7 +2,7 @@
 // up --demo` with four partitions: an admin is asked for the tenant the sessions and tools pages
 // list (each partition has its own projection), the tenant's sessions and tools then show, and an
 // invocation verifies — also entry by entry when its bundle is withheld, each proof asked for in
-// the tenant's partition. Run by tests/e2e/web.rs.
+// the tenant's partition. Run by tests/e2e/partitions.rs.
 //
 // Environment: TOOLLEDGER_UI_BASE, TOOLLEDGER_UI_ADMIN_TOKEN, TOOLLEDGER_UI_TENANT (the demo's),
 // TOOLLEDGER_UI_KEY (the verifier key), TOOLLEDGER_SCREENSHOTS. Exits 1 when any check fails.

@@ -46,7 +46,7 @@ use crate::payload::{OffloadConfig, UploadCollector};
 use crate::pipeline::{self, InFlight, Offloaded, Stages, Verdict};
 use crate::poison;
 use crate::quarantine::{self, Original};
-use crate::scrub::{ScrubConfig, ScrubKey};
+use crate::scrub::ScrubConfig;
 use crate::witnessing::{Witnessing, WitnessingSettings};
 use crate::{Error, Result};
 
@@ -759,9 +759,15 @@ impl Session {
             .get_key_value(LEASE_BUCKET)
             .await
             .map_err(|e| Error::stream(LEASE_BUCKET, "opening the bucket", e))?;
-        // Nothing is written with a scrubber key the ledger's other writers do not share.
-        let scrub_key = ScrubKey::load_or_create(&settings.data_dir.join(crate::scrub::KEY_FILE_NAME))?;
-        crate::lease::agree_on_scrub_key(&leases, &scrub_key.fingerprint()).await?;
+        // Nothing is written with a scrubber key the ledger's other writers do not share: the key
+        // this process scrubs with (loaded when it started), not whatever the file holds now.
+        let fingerprint = stages
+            .scrubber
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .fingerprint()
+            .to_owned();
+        crate::lease::agree_on_scrub_key(&leases, &fingerprint).await?;
         // Taken only while this process holds fewer partitions than its share, so the writers of
         // several processes spread over the partitions.
         membership.ready();

@@ -156,7 +156,7 @@ async fn each_tenant_lands_in_its_partition_with_a_tree_and_checkpoints_of_its_o
 /// Two ingest processes' data directories with the same signing key and scrubber key, as every
 /// ingest of one ledger has (with another scrubber key, an event carrying a secret that one
 /// process appended and the other is redelivered compares unequal: `duplicate_conflict`).
-fn two_data_dirs() -> (tempfile::TempDir, tempfile::TempDir) {
+pub(crate) fn two_data_dirs() -> (tempfile::TempDir, tempfile::TempDir) {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     crate::pipeline::signing_key(a.path());
     toolledger_ingest::scrub::ScrubKey::load_or_create(
@@ -262,6 +262,18 @@ async fn a_writer_with_another_scrubber_key_takes_no_partition_and_says_why() {
     };
     // The first events and the partition rule's record, nothing of the second.
     assert_eq!(written, first.len() as u64 + 1);
+    // The right key copied in while B runs changes nothing: B scrubs with the key it loaded.
+    let key = toolledger_ingest::scrub::KEY_FILE_NAME;
+    std::fs::copy(a_dir.path().join(key), b_dir.path().join(key)).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut still = 0;
+    for partition in partitions.all() {
+        still += partition_entries(&js, partition).await.len() as u64;
+    }
+    assert_eq!(
+        still, written,
+        "a writer took the file's new key without restarting"
+    );
     b.stop().await;
     // With the ledger's key, the second events land.
     let a = Running::start_with(&nats, a_dir.path(), adjust);

@@ -593,7 +593,8 @@ async fn two_ingests_at_once_never_interleave_or_duplicate() {
     let nats = NatsFixture::start();
     let js = jetstream::new(nats.client().await);
     contract_streams(&js).await;
-    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // One ledger's writers share its keys, or only the first would write at all.
+    let (a_dir, b_dir) = crate::partitions::two_data_dirs();
     let a = Running::start(&nats, a_dir.path());
     let b = Running::start(&nats, b_dir.path());
     let events = generate(&GeneratorConfig {
