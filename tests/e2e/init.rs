@@ -282,7 +282,7 @@ fn init_turns_on_atomic_batches_for_a_ledger_made_without_them() {
         let js = jetstream::new(nats.client().await);
         // Slower, not weaker: the contract check passes, the shortfall is what doctor warns about.
         assert_eq!(streams::check_contract(&js).await, []);
-        let lacking = streams::check_shortfalls(&js).await;
+        let lacking = streams::check_shortfalls(&js, &Default::default()).await;
         assert_eq!(lacking.len(), 1, "{lacking:?}");
         assert_eq!(
             (lacking[0].stream.as_str(), lacking[0].field.as_str()),
@@ -300,7 +300,7 @@ fn init_turns_on_atomic_batches_for_a_ledger_made_without_them() {
     );
     rt.block_on(async {
         let js = jetstream::new(nats.client().await);
-        assert_eq!(streams::check_shortfalls(&js).await, []);
+        assert_eq!(streams::check_shortfalls(&js, &Default::default()).await, []);
         let ledger = js
             .get_stream(streams::LEDGER)
             .await

@@ -869,14 +869,25 @@ pub async fn check_contract_with(js: &jetstream::Context, settings: &ContractSet
     found
 }
 
-/// What the live ledger lacks that only costs speed ([`shortfalls`]), for `doctor`; nothing when it
-/// cannot be read (that is [`check_contract`]'s finding).
-pub async fn check_shortfalls(js: &jetstream::Context) -> Vec<Finding> {
-    let wanted = ledger_config(&ContractSettings::default());
-    match live_config(js, LEDGER).await {
-        Ok(Some(live)) => shortfalls(&live, &wanted),
-        _ => Vec::new(),
+/// What the live ledger streams of `settings.partitions` (and the directory over several) lack
+/// that only costs speed ([`shortfalls`]), for `doctor`; nothing for a stream that cannot be read
+/// (that is [`check_contract_with`]'s finding).
+pub async fn check_shortfalls(js: &jetstream::Context, settings: &ContractSettings) -> Vec<Finding> {
+    let mut wanted: Vec<stream::Config> = settings
+        .partitions
+        .all()
+        .map(|partition| partition_ledger_config(settings, partition))
+        .collect();
+    if settings.partitions.count() > 1 {
+        wanted.push(directory_config(settings));
     }
+    let mut found = Vec::new();
+    for wanted in wanted {
+        if let Ok(Some(live)) = live_config(js, &wanted.name).await {
+            found.extend(shortfalls(&live, &wanted));
+        }
+    }
+    found
 }
 
 fn missing(name: &str) -> Finding {

@@ -191,7 +191,7 @@ async fn contract(js: &jetstream::Context, partitions: Partitions) -> Check {
     };
     let findings = streams::check_contract_with(js, &settings).await;
     if findings.is_empty() {
-        let lacking = streams::check_shortfalls(js).await;
+        let lacking = streams::check_shortfalls(js, &settings).await;
         if !lacking.is_empty() {
             let detail = lacking
                 .iter()
@@ -205,10 +205,16 @@ async fn contract(js: &jetstream::Context, partitions: Partitions) -> Check {
                 Some("on nats-server 2.12+, run `toolledger init` as admin to turn on atomic batches"),
             );
         }
+        let ledger = match partitions.count() {
+            1 => "ATL_LEDGER".to_owned(),
+            count => format!("ATL_LEDGER, ATL_LEDGER_P1…P{} and ATL_DIRECTORY", count - 1),
+        };
         return check(
             "streams",
             Status::Ok,
-            "ATL_INBOUND, ATL_LEDGER, ATL_CHECKPOINTS, ATL_QUARANTINE and ATL_LEASES as DESIGN §2 requires",
+            format!(
+                "ATL_INBOUND, {ledger}, ATL_CHECKPOINTS, ATL_QUARANTINE and ATL_LEASES as DESIGN §2 requires"
+            ),
             None,
         );
     }
