@@ -198,6 +198,7 @@ async fn contract(js: &jetstream::Context, partitions: Partitions) -> Check {
         }
         let ledger = match partitions.count() {
             1 => "ATL_LEDGER".to_owned(),
+            2 => "ATL_LEDGER, ATL_LEDGER_P1 and ATL_DIRECTORY".to_owned(),
             count => format!("ATL_LEDGER, ATL_LEDGER_P1…P{} and ATL_DIRECTORY", count - 1),
         };
         return check(
