@@ -36,7 +36,7 @@ use serde::Serialize;
 use serde_json::json;
 use toolledger_core::telemetry::Telemetry;
 use toolledger_ledger::BlobStore;
-use toolledger_wire::partition::{Partition, Partitions};
+use toolledger_wire::partition::Partitions;
 
 use crate::access::{AccessLog, Reads};
 use crate::auth::{Principal, Tokens};
@@ -513,17 +513,7 @@ async fn invocation(
             }
             read => read?,
         };
-        let home = state.readers.partitions().of(&reconstruction.tenant);
-        if home != Partition::ZERO && !reconstruction.payloads.is_empty() {
-            reconstruction = state
-                .readers
-                .of(Partition::ZERO)
-                .read(move |conn| {
-                    crate::reconstruct::erasures(conn, &mut reconstruction)?;
-                    Ok(reconstruction)
-                })
-                .await?;
-        }
+        reconstruction = state.readers.with_erasures(reconstruction).await?;
         if check && let Some(blobs) = &state.blobs {
             crate::payloads::check(blobs, &mut reconstruction, content).await;
         }

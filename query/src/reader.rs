@@ -181,6 +181,25 @@ impl Readers {
         }
     }
 
+    /// `reconstruction` with its payloads' erasures from p0's projection, where erasure records
+    /// (tenant `_system`) are projected whichever partition the tenant is in; unchanged for a
+    /// tenant of p0, whose own read already found them.
+    pub async fn with_erasures(
+        &self,
+        mut reconstruction: crate::Reconstruction,
+    ) -> Result<crate::Reconstruction> {
+        if self.partitions.of(&reconstruction.tenant) == Partition::ZERO || reconstruction.payloads.is_empty()
+        {
+            return Ok(reconstruction);
+        }
+        self.of(Partition::ZERO)
+            .read(move |conn| {
+                crate::reconstruct::erasures(conn, &mut reconstruction)?;
+                Ok(reconstruction)
+            })
+            .await
+    }
+
     /// A partition a caller names by index, refused unless the ledger has it.
     pub fn partition(&self, field: &str, value: &str) -> Result<Partition> {
         value

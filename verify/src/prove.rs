@@ -44,6 +44,27 @@ pub struct ProveSource {
     pub trusted: TrustedCache,
 }
 
+impl ProveSource {
+    /// The source of one log: its stream, the stream of its checkpoints, the keys trusted to sign
+    /// them, their origin and its tiles (when there are some); nothing read yet.
+    pub fn new(
+        ledger_stream: String,
+        checkpoint_stream: String,
+        verifiers: Verifiers,
+        origin: String,
+        tiles: Option<TileStore>,
+    ) -> Self {
+        Self {
+            ledger_stream,
+            checkpoint_stream,
+            verifiers,
+            origin: Some(origin),
+            tiles,
+            trusted: TrustedCache::default(),
+        }
+    }
+}
+
 /// The trusted checkpoints a [`ProveSource`] has read; empty at first ([`Default`]).
 #[derive(Debug, Clone, Default)]
 pub struct TrustedCache(Arc<tokio::sync::Mutex<Option<Trust>>>);

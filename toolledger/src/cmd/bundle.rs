@@ -158,25 +158,23 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let directory = if args.with_directory {
         let (stream, origin, tiles) =
             super::prove::directory_log(&config, args.tiles.as_deref()).context("--with-directory")?;
-        Some(ProveSource {
-            ledger_stream: stream,
-            checkpoint_stream: args.checkpoints.clone(),
-            verifiers: verifiers.clone(),
-            origin: Some(origin),
+        Some(ProveSource::new(
+            stream,
+            args.checkpoints.clone(),
+            verifiers.clone(),
+            origin,
             tiles,
-            trusted: Default::default(),
-        })
+        ))
     } else {
         None
     };
-    let source = ProveSource {
-        ledger_stream: args.stream.clone().unwrap_or(stream),
-        checkpoint_stream: args.checkpoints,
+    let source = ProveSource::new(
+        args.stream.clone().unwrap_or(stream),
+        args.checkpoints,
         verifiers,
-        origin: Some(origin),
+        origin,
         tiles,
-        trusted: Default::default(),
-    };
+    );
     let request = BundleRequest {
         selection,
         seqs,

@@ -138,14 +138,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let js = async_nats::jetstream::new(connect(&url, "toolledger-prove").await?);
     // Routing by the rule needs the ledger's own count, not a lower one.
     super::verify::check_count(&js, &args.checkpoints, &config).await?;
-    let source = ProveSource {
-        ledger_stream: stream,
-        checkpoint_stream: args.checkpoints,
-        verifiers,
-        origin: Some(origin),
-        tiles,
-        trusted: Default::default(),
-    };
+    let source = ProveSource::new(stream, args.checkpoints, verifiers, origin, tiles);
     let json = match (args.seq, args.from_size, args.to_size) {
         (Some(seq), _, _) => {
             serde_json::to_string_pretty(&prove_inclusion(&js, &source, seq, args.checkpoint_size).await?)?

@@ -57,14 +57,13 @@ pub fn ledger_access(
 ) -> anyhow::Result<toolledger_query::LedgerAccess> {
     let verifiers = super::verify::load_verifiers(config, None)?;
     let source = |(stream, origin, tiles): (String, String, Option<toolledger_merkle::TileStore>)| {
-        toolledger_verify::ProveSource {
-            ledger_stream: stream,
-            checkpoint_stream: toolledger_wire::streams::CHECKPOINTS.to_owned(),
-            verifiers: verifiers.clone(),
-            origin: Some(origin),
+        toolledger_verify::ProveSource::new(
+            stream,
+            toolledger_wire::streams::CHECKPOINTS.to_owned(),
+            verifiers.clone(),
+            origin,
             tiles,
-            trusted: Default::default(),
-        }
+        )
     };
     let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
     let logs = partitions

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use toolledger_core::config::Config;
 use toolledger_query::reconstruct::Reconstruction;
-use toolledger_query::{Error, Reader};
-use toolledger_wire::partition::{Partition, Partitions};
+use toolledger_query::{Error, Reader, Readers};
+use toolledger_wire::partition::Partitions;
 
 /// An outcome of a query command that maps to a meaningful exit code.
 #[derive(Debug)]
@@ -54,22 +54,27 @@ pub fn nothing_matched(what: &str) -> anyhow::Error {
     .into()
 }
 
+/// The readers of every partition's projections under the configured data directory.
+fn readers(config: &Config) -> anyhow::Result<Readers> {
+    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
+    Ok(Readers::new(config.data_dir.clone(), partitions))
+}
+
 /// The reader of the projection `tenant`'s rows are in: `<data_dir>/projections`, or in a
 /// partitioned ledger its partition's (`projections-p<K>`), which needs the tenant.
 pub fn reader(config: &Config, tenant: Option<&str>) -> anyhow::Result<Arc<Reader>> {
-    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
-    match (partitions.count(), tenant) {
-        (1, _) => Ok(Reader::new(config.data_dir.clone())),
-        (_, Some(tenant)) => Ok(Reader::of(config.data_dir.clone(), partitions.of(tenant))),
-        (count, None) => Err(QueryExit {
+    let readers = readers(config)?;
+    readers.scoped(tenant).cloned().map_err(|_| {
+        QueryExit {
             code: 2,
             message: format!(
-                "ledger.partitions = {count}: each partition has its own projection; name the tenant \
-                 with --tenant (docs/scaling.md)"
+                "ledger.partitions = {}: each partition has its own projection; name the tenant \
+                 with --tenant (docs/scaling.md)",
+                readers.partitions().count()
             ),
         }
-        .into()),
-    }
+        .into()
+    })
 }
 
 /// Prints rows under headers, columns padded to their widest cell.
@@ -144,17 +149,10 @@ pub async fn reconstruct(
         .read(move |conn| toolledger_query::reconstruct(conn, tenant.as_deref(), &invocation_id))
         .await
         .map_err(exit_for)?;
-    // Erasure records are the ledger's own (p0's projection), whichever partition the tenant is in.
-    let partitions = Partitions::new(config.ledger.partitions).map_err(anyhow::Error::msg)?;
-    if partitions.of(&reconstruction.tenant) != Partition::ZERO && !reconstruction.payloads.is_empty() {
-        reconstruction = Reader::of(config.data_dir.clone(), Partition::ZERO)
-            .read(move |conn| {
-                toolledger_query::reconstruct::erasures(conn, &mut reconstruction)?;
-                Ok(reconstruction)
-            })
-            .await
-            .map_err(exit_for)?;
-    }
+    reconstruction = readers(config)?
+        .with_erasures(reconstruction)
+        .await
+        .map_err(exit_for)?;
     if payloads != "none" && !reconstruction.payloads.is_empty() {
         match toolledger_ledger::BlobStore::open(&config.blob_store_url()) {
             Ok(blobs) => {
