@@ -12,6 +12,7 @@
 //!   tree grew past S ─▶ checkpoint
 //!
 //! run:  appended(seqs, entries) ─▶ leaves ─▶ full tiles ─▶ N entries since the last checkpoint? ─▶ checkpoint
+//!                               └─▶ every 256th entry ─▶ the entry bundle of the level-0 tile it filled
 //!       tick()                  ─▶ T elapsed since the last checkpoint and the tree grew? ─▶ checkpoint
 //! checkpoint: flush tiles ─▶ sign the C2SP checkpoint ─▶ publish to atl.checkpoints with
 //!             Nats-Expected-Last-Sequence = the last checkpoint's sequence (single writer)
@@ -25,6 +26,8 @@
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, message::PublishMessage};
+use bytes::Bytes;
+use toolledger_merkle::bundle::BUNDLE_WIDTH;
 use toolledger_merkle::{
     Checkpoint, CompactRange, Hash, NoteSigner, TileReader, TileStore, TiledLog, Verifiers,
 };
@@ -93,6 +96,9 @@ pub struct Checkpointer {
     /// Its sequence in the checkpoint stream (0 before the first).
     signed_seq: u64,
     signed_at: Instant,
+    /// The entries after the last full entry bundle (fewer than 256), written as a bundle once
+    /// the 256th arrives.
+    bundle: Vec<Bytes>,
 }
 
 impl std::fmt::Debug for Checkpointer {
@@ -149,6 +155,7 @@ impl Checkpointer {
             signed_seq,
             "merkle tree restored"
         );
+        let bundle = open_bundle(&js, &settings.ledger_stream, log.tiles(), log.size()).await?;
         let mut checkpointer = Self {
             js,
             settings,
@@ -157,6 +164,7 @@ impl Checkpointer {
             signed,
             signed_seq,
             signed_at: Instant::now(),
+            bundle,
         };
         // Entries appended after the last checkpoint (a crash before it was signed) are signed now,
         // so a writer that keeps crashing early still gets its entries signed.
@@ -182,6 +190,11 @@ impl Checkpointer {
                 return Err(Error::CheckpointerOutOfStep { expected, got: seq });
             }
             self.log.append(entry.leaf).await?;
+            self.bundle.push(entry.bytes.clone());
+            if self.bundle.len() as u64 == BUNDLE_WIDTH {
+                write_bundle(self.log.tiles(), seq / BUNDLE_WIDTH - 1, &self.bundle).await;
+                self.bundle.clear();
+            }
         }
         if self.log.size() - self.signed.size >= self.settings.every.max(1) {
             self.checkpoint().await?;
@@ -323,6 +336,47 @@ pub async fn ledger_leaves(js: &jetstream::Context, stream: &str, from: u64, to:
         leaves.push(toolledger_merkle::leaf_hash(&message.payload));
     }
     Ok(leaves)
+}
+
+/// Writes an entry bundle; a failure is logged and proofs of its entries read the ledger instead
+/// (bundles are a cache, so the append goes on).
+async fn write_bundle(tiles: &TileStore, index: u64, entries: &[Bytes]) {
+    if let Err(error) = tiles.write_bundle(index, entries).await {
+        tracing::warn!(%error, index, "entry bundle not written; proofs of its entries read the ledger");
+    }
+}
+
+/// The entries of the open bundle at tree `size` (those after the last full bundle), read from the
+/// ledger; the last full bundle is written again first when it is missing (a writer stopped
+/// between filling it and writing it). Older missing bundles stay missing: their proofs read the
+/// ledger.
+async fn open_bundle(
+    js: &jetstream::Context,
+    stream: &str,
+    tiles: &TileStore,
+    size: u64,
+) -> Result<Vec<Bytes>> {
+    let open_from = size / BUNDLE_WIDTH * BUNDLE_WIDTH;
+    let last_full = (open_from / BUNDLE_WIDTH).checked_sub(1);
+    let mut from = open_from + 1;
+    if let Some(index) = last_full
+        && !matches!(tiles.read_bundle(index).await, Ok(Some(_)))
+    {
+        from = open_from - BUNDLE_WIDTH + 1;
+    }
+    let mut bundle = Vec::with_capacity(BUNDLE_WIDTH as usize);
+    if from > size {
+        return Ok(bundle);
+    }
+    let mut reader = OrderedReader::open(js, stream, ReadSpec::range(from, size)).await?;
+    while let Some(message) = reader.next().await? {
+        bundle.push(message.payload);
+        if bundle.len() as u64 == BUNDLE_WIDTH {
+            write_bundle(tiles, message.seq / BUNDLE_WIDTH - 1, &bundle).await;
+            bundle.clear();
+        }
+    }
+    Ok(bundle)
 }
 
 /// The tree at `tail`: from the tiles when they agree with the signed checkpoint and the ledger,

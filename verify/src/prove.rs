@@ -376,11 +376,14 @@ pub async fn prove_inclusion(
     seq: u64,
     checkpoint_size: Option<u64>,
 ) -> Result<InclusionOutput> {
-    let last = last_sequence(js, &source.ledger_stream).await?;
-    if seq == 0 || seq > last {
-        return Err(Error::NoSuchEntry { seq, last });
-    }
     let trusted = checkpoints(js, source).await?;
+    // The ledger's tail is asked for only when no trusted checkpoint covers `seq`: to say which.
+    if seq == 0 || trusted.last().is_none_or(|s| s.checkpoint.size < seq) {
+        let last = last_sequence(js, &source.ledger_stream).await?;
+        if seq == 0 || seq > last {
+            return Err(Error::NoSuchEntry { seq, last });
+        }
+    }
     let signed = match checkpoint_size {
         Some(size) => trusted
             .iter()
@@ -416,9 +419,24 @@ pub(crate) async fn inclusion_in(
             wanted: format!("of size {size} covering seq {seq}"),
         });
     }
-    let entry = toolledger_ledger::message(js, &source.ledger_stream, seq).await?;
-    let leaf = leaf_hash(&entry);
     let proof = reader.inclusion_proof(seq - 1, size).await?;
+    // The entry from its bundle when that proves against the signed root, else from the ledger.
+    let bundled = match bundled_entry(source, seq).await {
+        Some(entry) if proof.verify(&leaf_hash(&entry), &root).is_ok() => Some(entry),
+        Some(_) => {
+            tracing::warn!(
+                seq,
+                "entry bundle disagrees with the signed tree; reading the ledger"
+            );
+            None
+        }
+        None => None,
+    };
+    let entry = match bundled {
+        Some(entry) => entry,
+        None => toolledger_ledger::message(js, &source.ledger_stream, seq).await?,
+    };
+    let leaf = leaf_hash(&entry);
     proof
         .verify(&leaf, &root)
         .map_err(|e| Error::ProofDoesNotVerify {
@@ -436,6 +454,19 @@ pub(crate) async fn inclusion_in(
         root: hex(&root),
         checkpoint: signed.note.clone(),
     })
+}
+
+/// Ledger entry `seq` from the source's entry bundles, unchecked; `None` when there are no tiles, its
+/// bundle is not written (yet) or cannot be read.
+async fn bundled_entry(source: &ProveSource, seq: u64) -> Option<bytes::Bytes> {
+    let (index, at) = toolledger_merkle::bundle::bundle_of(seq);
+    match source.tiles.as_ref()?.read_bundle(index).await {
+        Ok(bundle) => bundle?.into_iter().nth(at),
+        Err(error) => {
+            tracing::warn!(%error, seq, "entry bundle unreadable; reading the ledger");
+            None
+        }
+    }
 }
 
 /// Proves that the tree of `from_size` is a prefix of the signed tree of `to_size`. The newer size

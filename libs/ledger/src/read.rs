@@ -364,21 +364,19 @@ pub async fn read_all(js: &jetstream::Context, stream: &str) -> Result<Vec<(u64,
 
 /// The stream's last sequence (0 when empty).
 pub async fn last_sequence(js: &jetstream::Context, stream: &str) -> Result<u64> {
-    let mut handle = js
+    // Opening the stream reads its state: one request.
+    let handle = js
         .get_stream(stream)
         .await
-        .map_err(|e| Error::stream(stream, "opening", e))?;
-    let info = handle
-        .info()
-        .await
         .map_err(|e| Error::stream(stream, "reading its state", e))?;
-    Ok(info.state.last_sequence)
+    Ok(handle.cached_info().state.last_sequence)
 }
 
 /// The payload of message `seq` of `stream`.
 pub async fn message(js: &jetstream::Context, stream: &str, seq: u64) -> Result<Bytes> {
+    // No info request first: the get itself names a missing stream.
     let handle = js
-        .get_stream(stream)
+        .get_stream_no_info(stream)
         .await
         .map_err(|e| Error::stream(stream, "opening", e))?;
     match handle.get_raw_message(seq).await {

@@ -30,6 +30,15 @@ pub enum Error {
         path: String,
     },
 
+    /// An entry bundle could not be written or read back whole.
+    #[error("entry bundle {path} is unusable: {reason}")]
+    BundleCorrupt {
+        /// The bundle's object path (empty while encoding).
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The object store failed to read or write a tile.
     #[error("tile store failed on {path}")]
     TileStore {

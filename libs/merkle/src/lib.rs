@@ -25,6 +25,7 @@
 //! - [`proof`]: proof shapes and the pure functions [`verify_inclusion`] and [`verify_consistency`].
 //! - [`tile`]: C2SP tile addressing ([`TileId`]) and arithmetic.
 //! - [`store`]: tiles in an object store ([`TileStore`]), create-only writes.
+//! - [`bundle`]: entry bundles beside the level-0 tiles, so a proof reads its entry from the store.
 //! - [`log`]: the writer ([`TiledLog`]): appends, flushes tiles, resumes, rebuilds from leaf hashes.
 //! - [`reader`]: proofs and roots served from tiles ([`TileReader`]) and checking tiles against a root.
 //! - [`note`]: C2SP signed notes, Ed25519 signer and verifier keys, the trusted key set.
@@ -32,6 +33,7 @@
 //! - [`cosignature`]: C2SP `cosignature/v1` witness keys, cosigning and checking cosignatures.
 #![warn(missing_docs)]
 
+pub mod bundle;
 pub mod checkpoint;
 pub mod cosignature;
 mod error;

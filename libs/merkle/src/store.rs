@@ -8,6 +8,9 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 
+use bytes::Bytes;
+
+use crate::bundle::{bundle_path, decode_bundle, encode_bundle};
 use crate::tile::{TileId, decode_hashes, encode_hashes};
 use crate::{Error, Hash, Result};
 
@@ -126,19 +129,8 @@ impl TileStore {
 
     async fn read_raw(&self, tile: &TileId) -> Result<Option<Vec<Hash>>> {
         let location = self.location(tile);
-        let bytes = match self.store.get(&location).await {
-            Ok(result) => result.bytes().await,
-            Err(e) => Err(e),
-        };
-        let bytes = match bytes {
-            Ok(bytes) => bytes,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(source) => {
-                return Err(Error::TileStore {
-                    path: location.to_string(),
-                    source,
-                });
-            }
+        let Some(bytes) = self.get(&location).await? else {
+            return Ok(None);
         };
         if bytes.len() != tile.byte_len() {
             return Err(Error::TileCorrupt {
@@ -177,6 +169,59 @@ impl TileStore {
         }
     }
 
+    /// Writes the entry bundle `index` (ledger seqs `256·index + 1 ..= 256·index + 256`), replacing
+    /// whatever is there: a bundle is a cache of the ledger that every reader checks, written only
+    /// by the log's single writer.
+    pub async fn write_bundle<E: AsRef<[u8]>>(&self, index: u64, entries: &[E]) -> Result<()> {
+        let location = self.join(&bundle_path(index));
+        let bytes = encode_bundle(entries).map_err(|error| match error {
+            Error::BundleCorrupt { reason, .. } => Error::BundleCorrupt {
+                path: location.to_string(),
+                reason,
+            },
+            other => other,
+        })?;
+        self.put(&location, bytes).await
+    }
+
+    /// Reads the entry bundle `index`: `None` when there is none, [`Error::BundleCorrupt`] when it
+    /// does not decode to 256 entries. The entries are not checked here: hash them against the tree.
+    pub async fn read_bundle(&self, index: u64) -> Result<Option<Vec<Bytes>>> {
+        let location = self.join(&bundle_path(index));
+        match self.get(&location).await? {
+            Some(bytes) => decode_bundle(location.as_ref(), &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The object at `location`; `None` when there is none.
+    async fn get(&self, location: &Path) -> Result<Option<Bytes>> {
+        let bytes = match self.store.get(location).await {
+            Ok(result) => result.bytes().await,
+            Err(e) => Err(e),
+        };
+        match bytes {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(source) => Err(Error::TileStore {
+                path: location.to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// Puts `bytes` at `location`, replacing what is there.
+    async fn put(&self, location: &Path, bytes: Vec<u8>) -> Result<()> {
+        self.store
+            .put(location, bytes.into())
+            .await
+            .map(|_| ())
+            .map_err(|source| Error::TileStore {
+                path: location.to_string(),
+                source,
+            })
+    }
+
     /// Deletes a tile (tests that damage tiles on purpose; operators deleting a cache).
     pub async fn delete(&self, tile: &TileId) -> Result<()> {
         let location = self.location(tile);
@@ -191,14 +236,6 @@ impl TileStore {
 
     /// Writes raw bytes where a tile belongs, bypassing every check (tests that corrupt tiles).
     pub async fn put_raw(&self, tile: &TileId, bytes: Vec<u8>) -> Result<()> {
-        let location = self.location(tile);
-        self.store
-            .put(&location, bytes.into())
-            .await
-            .map(|_| ())
-            .map_err(|source| Error::TileStore {
-                path: location.to_string(),
-                source,
-            })
+        self.put(&self.location(tile), bytes).await
     }
 }

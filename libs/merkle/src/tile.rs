@@ -147,7 +147,7 @@ pub(crate) fn encode_hashes(hashes: &[Hash]) -> Vec<u8> {
     hashes.concat()
 }
 
-fn encode_index(mut n: u64) -> String {
+pub(crate) fn encode_index(mut n: u64) -> String {
     let mut groups = vec![format!("{:03}", n % 1000)];
     n /= 1000;
     while n > 0 {

@@ -122,6 +122,48 @@ async fn inclusion_proofs_verify_with_the_library_alone_and_fail_after_one_bit()
 }
 
 #[tokio::test]
+async fn a_proof_takes_its_entry_from_the_bundle_that_proves_and_reads_the_ledger_otherwise() {
+    let ledger = TestLedger::build(generated_entries(600)).await;
+    // A source whose ledger stream is gone: whatever it proves came from the tiles and bundles.
+    let bundles_only = ProveSource {
+        ledger_stream: "ATL_GONE".to_owned(),
+        ..source(&ledger, true)
+    };
+    for seq in [1, 200, 512] {
+        let output = prove_inclusion(&ledger.js, &bundles_only, seq, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            output.entry.as_bytes(),
+            ledger.entries[seq as usize - 1].bytes.as_ref()
+        );
+        output.check(&verifiers()).unwrap();
+    }
+    // Entries past the last full bundle (512) are only in the ledger.
+    assert!(
+        prove_inclusion(&ledger.js, &bundles_only, 513, None)
+            .await
+            .is_err()
+    );
+
+    // A bundle holding other entries (256 of them, decodable) is never served: the ledger is read.
+    let mut shuffled = ledger.entry_bytes()[..256].to_vec();
+    shuffled.reverse();
+    ledger.tiles().write_bundle(0, &shuffled).await.unwrap();
+    assert!(prove_inclusion(&ledger.js, &bundles_only, 1, None).await.is_err());
+    let output = prove_inclusion(&ledger.js, &source(&ledger, true), 1, None)
+        .await
+        .unwrap();
+    assert_eq!(output.entry.as_bytes(), ledger.entries[0].bytes.as_ref());
+    // So is one that does not decode.
+    std::fs::write(ledger.tiles_dir.path().join("bundle/001"), b"not zstd").unwrap();
+    let output = prove_inclusion(&ledger.js, &source(&ledger, true), 300, None)
+        .await
+        .unwrap();
+    assert_eq!(output.entry.as_bytes(), ledger.entries[299].bytes.as_ref());
+}
+
+#[tokio::test]
 async fn consistency_proofs_verify_with_the_library_alone_and_fail_after_one_bit() {
     let ledger = TestLedger::build(generated_entries(450)).await;
     let n = ledger.entries.len() as u64;

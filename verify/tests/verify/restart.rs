@@ -23,6 +23,8 @@ async fn a_checkpointer_dropped_before_its_checkpoint_restores_and_continues() {
         let seqs = appender.append(&rest[70..100]).await.unwrap();
         checkpointer.appended(&seqs[..0], &rest[70..70]).await.unwrap();
     }
+    // The first entry bundle (seqs 1..=256) filled in the dead process and was never written.
+    assert!(ledger.tiles().read_bundle(0).await.unwrap().is_none());
     let mut checkpointer = ledger.checkpointer(appender.last_seq()).await;
     // The tail the dead process appended is signed as soon as the checkpointer is back.
     assert_eq!(checkpointer.size(), 350);
@@ -36,6 +38,18 @@ async fn a_checkpointer_dropped_before_its_checkpoint_restores_and_continues() {
     let report = ledger.verify(LEDGER, CHECKPOINTS, true).await;
     assert!(report.is_ok(), "{:#?}", report.findings);
     assert_eq!(report.entries, all.len() as u64);
+    // Every full entry bundle holds the ledger's entries across the restart (bundle 0 filled in the
+    // dead process and is written on reopening, bundle 1 began there); the open one is not written.
+    let tiles = ledger.tiles();
+    for index in 0..2u64 {
+        let bundle = tiles.read_bundle(index).await.unwrap().expect("a full bundle");
+        let expected: Vec<_> = all[index as usize * 256..][..256]
+            .iter()
+            .map(|e| e.bytes.clone())
+            .collect();
+        assert!(bundle == expected, "bundle {index} differs from the ledger");
+    }
+    assert!(tiles.read_bundle(2).await.unwrap().is_none());
 }
 
 #[tokio::test]
