@@ -155,7 +155,7 @@ impl Checkpointer {
             signed_seq,
             "merkle tree restored"
         );
-        let bundle = open_bundle(&js, &settings.ledger_stream, log.tiles(), log.size()).await?;
+        let bundle = open_bundle(&js, &settings.ledger_stream, log.tiles(), signed.size, log.size()).await?;
         let mut checkpointer = Self {
             js,
             settings,
@@ -191,8 +191,12 @@ impl Checkpointer {
             }
             self.log.append(entry.leaf).await?;
             self.bundle.push(entry.bytes.clone());
-            if self.bundle.len() as u64 == BUNDLE_WIDTH {
-                write_bundle(self.log.tiles(), seq / BUNDLE_WIDTH - 1, &self.bundle).await;
+            if seq % BUNDLE_WIDTH == 0 {
+                // Written only whole: a bundle that missed an entry (an append that failed half
+                // way) is left to the ledger rather than written out of step.
+                if self.bundle.len() as u64 == BUNDLE_WIDTH {
+                    write_bundle(self.log.tiles(), seq / BUNDLE_WIDTH - 1, &self.bundle).await;
+                }
                 self.bundle.clear();
             }
         }
@@ -347,23 +351,18 @@ async fn write_bundle(tiles: &TileStore, index: u64, entries: &[Bytes]) {
 }
 
 /// The entries of the open bundle at tree `size` (those after the last full bundle), read from the
-/// ledger; the last full bundle is written again first when it is missing (a writer stopped
-/// between filling it and writing it). Older missing bundles stay missing: their proofs read the
-/// ledger.
+/// ledger from the start of the bundle the last checkpoint (`signed_size`) ends in; every bundle that
+/// fills on the way is written (entries a stopped writer appended but never took in). Bundles below
+/// the checkpoint were written before it was signed; those lost since stay missing, and their
+/// proofs read the ledger.
 async fn open_bundle(
     js: &jetstream::Context,
     stream: &str,
     tiles: &TileStore,
+    signed_size: u64,
     size: u64,
 ) -> Result<Vec<Bytes>> {
-    let open_from = size / BUNDLE_WIDTH * BUNDLE_WIDTH;
-    let last_full = (open_from / BUNDLE_WIDTH).checked_sub(1);
-    let mut from = open_from + 1;
-    if let Some(index) = last_full
-        && !matches!(tiles.read_bundle(index).await, Ok(Some(_)))
-    {
-        from = open_from - BUNDLE_WIDTH + 1;
-    }
+    let from = signed_size / BUNDLE_WIDTH * BUNDLE_WIDTH + 1;
     let mut bundle = Vec::with_capacity(BUNDLE_WIDTH as usize);
     if from > size {
         return Ok(bundle);

@@ -8,7 +8,7 @@
 //!   ATL_CHECKPOINTS ─▶ newest trusted checkpoint covering every seq (with a policy: the newest of
 //!   those whose cosignatures in ATL_COSIGNATURES meet it) ─▶ its note + the witnesses' lines
 //!   ─▶ tree reader (tiles, else ledger)
-//!   ATL_LEDGER ─▶ entry bytes ─▶ prove::inclusion_in ─▶ BundleEntry { seq, entry, inclusion_proof }
+//!   entry bundle (tiles), else ATL_LEDGER ─▶ entry bytes ─▶ prove::inclusion_in ─▶ BundleEntry { seq, entry, inclusion_proof }
 //!   blob store (optional) ─▶ nonce || content of each payload ref ─▶ BundleEntry.payloads
 //!   held checkpoint (optional) ─▶ same root at its size? ─▶ prove::consistency_in ─▶ consistency
 //!   ─▶ EvidenceBundle ─to_bytes (RFC 8785 + LF)─▶ verify_bundle ─▶ returned only when it verifies
@@ -915,8 +915,8 @@ pub async fn build_bundle(
     };
 
     let reader = prove::tree_reader(js, source, size, &signed.checkpoint.root).await?;
-    // Entries are read and proved several at a time (each is a message get and a few tile reads, so
-    // one at a time a long session's bundle waits on round trips), kept in ledger order.
+    // Entries are read and proved several at a time (each is a bundle or message read and a few tile
+    // reads, so one at a time a long session's bundle waits on round trips), kept in ledger order.
     let proved: Vec<(BundleEntry, Vec<PayloadLeftOut>)> = futures::stream::iter(seqs.iter().copied())
         .map(|seq| {
             let reader = &reader;

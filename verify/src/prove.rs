@@ -2,10 +2,10 @@
 //! offline, with `toolledger_merkle` functions alone.
 //!
 //! ```text
-//! prove_inclusion(seq, size?)  ─▶ entry bytes (ledger) ─leaf_hash─┐
-//!                                 signed checkpoint of size S ────┼─▶ proof from tiles (or from the
-//!                                                                 │   ledger when tiles are missing)
-//!                                                                 └─▶ InclusionOutput ─check()─▶ ok
+//! prove_inclusion(seq, size?)  ─▶ signed checkpoint of size S ─▶ audit path from tiles (or from the
+//!                                 │                               ledger when tiles are missing)
+//!                                 └▶ entry bytes: its bundle when it proves, else the ledger ─leaf_hash─
+//!                                    ─▶ InclusionOutput ─check()─▶ ok
 //! prove_consistency(A, B)      ─▶ signed checkpoint of size B (and A when signed) ─▶ ConsistencyOutput
 //! ```
 //!
@@ -421,7 +421,7 @@ pub(crate) async fn inclusion_in(
     }
     let proof = reader.inclusion_proof(seq - 1, size).await?;
     // The entry from its bundle when that proves against the signed root, else from the ledger.
-    let bundled = match bundled_entry(source, seq).await {
+    let bundled = match bundled_entry(source, seq, size).await {
         Some(entry) if proof.verify(&leaf_hash(&entry), &root).is_ok() => Some(entry),
         Some(_) => {
             tracing::warn!(
@@ -457,11 +457,15 @@ pub(crate) async fn inclusion_in(
 }
 
 /// Ledger entry `seq` from the source's entry bundles, unchecked; `None` when there are no tiles, its
-/// bundle is not written (yet) or cannot be read.
-async fn bundled_entry(source: &ProveSource, seq: u64) -> Option<bytes::Bytes> {
-    let (index, at) = toolledger_merkle::bundle::bundle_of(seq);
-    match source.tiles.as_ref()?.read_bundle(index).await {
-        Ok(bundle) => bundle?.into_iter().nth(at),
+/// bundle is not written or cannot be read, or it ends past `size` (the newest entries, whose bundle
+/// is seldom full yet: no request is spent on it).
+async fn bundled_entry(source: &ProveSource, seq: u64, size: u64) -> Option<bytes::Bytes> {
+    let (index, _) = toolledger_merkle::bundle::bundle_of(seq);
+    if (index + 1) * toolledger_merkle::bundle::BUNDLE_WIDTH > size {
+        return None;
+    }
+    match source.tiles.as_ref()?.read_bundled_entry(seq).await {
+        Ok(entry) => entry,
         Err(error) => {
             tracing::warn!(%error, seq, "entry bundle unreadable; reading the ledger");
             None

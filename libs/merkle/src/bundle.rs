@@ -25,9 +25,11 @@ pub const BUNDLE_WIDTH: u64 = TILE_WIDTH;
 /// The zstd level bundles are written at: the fastest, about 1.8 µs an entry on the bench's
 /// entries, which shrink 7.7 times (level 3 gains 1 % for 7 % more time).
 const LEVEL: i32 = 1;
-/// The largest bundle a reader decompresses: 256 entries of up to 8 MiB each (NATS's largest
-/// message) and their lengths.
-const MAX_DECODED: usize = (BUNDLE_WIDTH as usize) * (8 << 20) + 4 * BUNDLE_WIDTH as usize;
+/// The largest entry a bundle may hold: NATS's ceiling on `max_payload`.
+pub const MAX_ENTRY: u64 = 64 << 20;
+/// The most a reader decompresses from (or reads of) one bundle: bundles are an untrusted cache, and
+/// a few kilobytes of zstd can claim gigabytes.
+pub const MAX_DECODED: u64 = 256 << 20;
 
 /// The index of the bundle holding ledger `seq` (1-based), and its position in it.
 pub fn bundle_of(seq: u64) -> (u64, usize) {
@@ -64,11 +66,11 @@ pub fn decode_bundle(path: &str, bytes: &[u8]) -> Result<Vec<Bytes>> {
         path: path.to_owned(),
         reason,
     };
-    let mut raw = Vec::with_capacity(bytes.len() * 4);
+    let mut raw = Vec::with_capacity(bytes.len().saturating_mul(8).min(4 << 20));
     zstd::stream::read::Decoder::new(bytes)
-        .and_then(|decoder| decoder.take(MAX_DECODED as u64 + 1).read_to_end(&mut raw))
+        .and_then(|decoder| decoder.take(MAX_DECODED + 1).read_to_end(&mut raw))
         .map_err(|e| corrupt(format!("zstd: {e}")))?;
-    if raw.len() > MAX_DECODED {
+    if raw.len() as u64 > MAX_DECODED {
         return Err(corrupt(format!("more than {MAX_DECODED} bytes decompressed")));
     }
     let raw = Bytes::from(raw);
@@ -96,6 +98,44 @@ pub fn decode_bundle(path: &str, bytes: &[u8]) -> Result<Vec<Bytes>> {
     Ok(entries)
 }
 
+/// Decodes only entry `at` of a bundle read from `path`, decompressing no further than its end and
+/// holding no other entry: what a proof needs. [`Error::BundleCorrupt`] when the bundle ends first,
+/// or claims an entry over [`MAX_ENTRY`] or more than [`MAX_DECODED`] bytes up to it.
+pub fn decode_bundle_entry(path: &str, bytes: &[u8], at: usize) -> Result<Bytes> {
+    let corrupt = |reason: String| Error::BundleCorrupt {
+        path: path.to_owned(),
+        reason,
+    };
+    let zstd = |e: std::io::Error| corrupt(format!("zstd: {e}"));
+    let mut decoder = zstd::stream::read::Decoder::new(bytes).map_err(zstd)?;
+    let mut decoded = 0u64;
+    for index in 0..=at {
+        let mut len = [0u8; 4];
+        decoder.read_exact(&mut len).map_err(zstd)?;
+        let len = u64::from(u32::from_be_bytes(len));
+        decoded += 4 + len;
+        if len > MAX_ENTRY || decoded > MAX_DECODED {
+            return Err(corrupt(format!("entry {index} claims {len} bytes")));
+        }
+        let mut part = (&mut decoder).take(len);
+        let mut entry = Vec::new();
+        let read = if index < at {
+            std::io::copy(&mut part, &mut std::io::sink())
+        } else {
+            entry.reserve(len.min(1 << 20) as usize);
+            part.read_to_end(&mut entry).map(|n| n as u64)
+        }
+        .map_err(zstd)?;
+        if read != len {
+            return Err(corrupt(format!("entry {index} cut short")));
+        }
+        if index == at {
+            return Ok(entry.into());
+        }
+    }
+    Err(corrupt(format!("no entry {at}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +154,10 @@ mod tests {
                 .zip(&entries)
                 .all(|(d, e)| d.as_ref() == e.as_slice())
         );
+        for at in [0, 17, 255] {
+            let entry = decode_bundle_entry("bundle/000", &bytes, at).unwrap();
+            assert_eq!(entry.as_ref(), entries[at].as_slice());
+        }
 
         let short = encode_bundle(&entries[..255]).unwrap();
         let error = decode_bundle("bundle/000", &short).unwrap_err().to_string();
@@ -122,6 +166,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("bundle/000"), "{error}");
+        assert!(decode_bundle_entry("bundle/000", &bytes[..bytes.len() / 2], 255).is_err());
+    }
+
+    #[test]
+    fn a_bundle_that_claims_more_than_the_limits_is_refused_without_decoding_it() {
+        // A few bytes of zstd that claim an entry of 4 GiB - 1, then of 64 MiB + 1.
+        for len in [u32::MAX, (MAX_ENTRY + 1) as u32] {
+            let bomb = zstd::bulk::compress(&len.to_be_bytes(), 1).unwrap();
+            let error = decode_bundle_entry("bundle/000", &bomb, 0)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(&format!("claims {len} bytes")), "{error}");
+        }
+        // Zeros compress to almost nothing: 300 MiB of them is a bomb for a whole-bundle decode.
+        let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..300 {
+            std::io::Write::write_all(&mut encoder, &zeros).unwrap();
+        }
+        let bomb = encoder.finish().unwrap();
+        assert!(bomb.len() < 1 << 20);
+        let error = decode_bundle("bundle/000", &bomb).unwrap_err().to_string();
+        assert!(error.contains("more than"), "{error}");
     }
 
     #[test]

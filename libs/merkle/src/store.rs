@@ -10,7 +10,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 
 use bytes::Bytes;
 
-use crate::bundle::{bundle_path, decode_bundle, encode_bundle};
+use crate::bundle::{MAX_DECODED, bundle_of, bundle_path, decode_bundle, decode_bundle_entry, encode_bundle};
 use crate::tile::{TileId, decode_hashes, encode_hashes};
 use crate::{Error, Hash, Result};
 
@@ -129,7 +129,7 @@ impl TileStore {
 
     async fn read_raw(&self, tile: &TileId) -> Result<Option<Vec<Hash>>> {
         let location = self.location(tile);
-        let Some(bytes) = self.get(&location).await? else {
+        let Some(bytes) = self.get(&location, None).await? else {
             return Ok(None);
         };
         if bytes.len() != tile.byte_len() {
@@ -188,16 +188,37 @@ impl TileStore {
     /// does not decode to 256 entries. The entries are not checked here: hash them against the tree.
     pub async fn read_bundle(&self, index: u64) -> Result<Option<Vec<Bytes>>> {
         let location = self.join(&bundle_path(index));
-        match self.get(&location).await? {
+        match self.get(&location, Some(MAX_DECODED)).await? {
             Some(bytes) => decode_bundle(location.as_ref(), &bytes).map(Some),
             None => Ok(None),
         }
     }
 
-    /// The object at `location`; `None` when there is none.
-    async fn get(&self, location: &Path) -> Result<Option<Bytes>> {
+    /// Reads ledger entry `seq` from its bundle: `None` when the bundle is not there,
+    /// [`Error::BundleCorrupt`] when it cannot hold the entry. Only that entry is decoded and held.
+    /// Unchecked: hash it against the tree.
+    pub async fn read_bundled_entry(&self, seq: u64) -> Result<Option<Bytes>> {
+        let (index, at) = bundle_of(seq);
+        let location = self.join(&bundle_path(index));
+        match self.get(&location, Some(MAX_DECODED)).await? {
+            Some(bytes) => decode_bundle_entry(location.as_ref(), &bytes, at).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The object at `location`; `None` when there is none. An object larger than `limit` is
+    /// refused before it is read ([`Error::BundleCorrupt`]: only bundles are read with a limit).
+    async fn get(&self, location: &Path, limit: Option<u64>) -> Result<Option<Bytes>> {
         let bytes = match self.store.get(location).await {
-            Ok(result) => result.bytes().await,
+            Ok(result) => match limit {
+                Some(limit) if result.meta.size > limit => {
+                    return Err(Error::BundleCorrupt {
+                        path: location.to_string(),
+                        reason: format!("{} bytes, more than {limit}", result.meta.size),
+                    });
+                }
+                _ => result.bytes().await,
+            },
             Err(e) => Err(e),
         };
         match bytes {
