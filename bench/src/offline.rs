@@ -691,6 +691,16 @@ async fn bundle_of_spread_entries(ledger: &Ledger) -> anyhow::Result<(f64, f64, 
         tiles: Some(ledger.loader.tiles.clone()),
         trusted: Default::default(),
     };
+    timed_bundle(&ledger.js, &source, seqs).await
+}
+
+/// Builds an evidence bundle of the entries at `seqs` from `source` as `serve` does, then checks its
+/// bytes offline as `toolledger verify-bundle` does: the build and check times (ms) and its size.
+pub(crate) async fn timed_bundle(
+    js: &async_nats::jetstream::Context,
+    source: &toolledger_verify::ProveSource,
+    seqs: Vec<u64>,
+) -> anyhow::Result<(f64, f64, f64)> {
     let request = toolledger_verify::bundle::BundleRequest {
         selection: toolledger_verify::bundle::Selection::entries(),
         seqs,
@@ -700,10 +710,10 @@ async fn bundle_of_spread_entries(ledger: &Ledger) -> anyhow::Result<(f64, f64, 
         directory: None,
     };
     let started = Instant::now();
-    let built = toolledger_verify::bundle::build_bundle(&ledger.js, &source, &request).await?;
+    let built = toolledger_verify::bundle::build_bundle(js, source, &request).await?;
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
     let started = Instant::now();
-    let report = toolledger_verify::bundle::verify_bundle(&built.bytes, &ledger.loader.verifiers, None)?;
+    let report = toolledger_verify::bundle::verify_bundle(&built.bytes, &source.verifiers, None)?;
     let check_ms = started.elapsed().as_secs_f64() * 1e3;
     anyhow::ensure!(
         report.entries.len() == request.seqs.len(),
