@@ -173,15 +173,20 @@ impl TileStore {
     /// whatever is there: a bundle is a cache of the ledger that every reader checks, written only
     /// by the log's single writer.
     pub async fn write_bundle<E: AsRef<[u8]>>(&self, index: u64, entries: &[E]) -> Result<()> {
-        let location = self.join(&bundle_path(index));
         let bytes = encode_bundle(entries).map_err(|error| match error {
             Error::BundleCorrupt { reason, .. } => Error::BundleCorrupt {
-                path: location.to_string(),
+                path: self.join(&bundle_path(index)).to_string(),
                 reason,
             },
             other => other,
         })?;
-        self.put(&location, bytes).await
+        self.put_bundle(index, bytes).await
+    }
+
+    /// Writes the entry bundle `index` already encoded ([`crate::bundle::encode_bundle`], which a
+    /// writer may run off its own thread), replacing whatever is there.
+    pub async fn put_bundle(&self, index: u64, encoded: Vec<u8>) -> Result<()> {
+        self.put(&self.join(&bundle_path(index)), encoded).await
     }
 
     /// Reads the entry bundle `index`: `None` when there is none, [`Error::BundleCorrupt`] when it
