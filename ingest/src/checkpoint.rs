@@ -14,7 +14,7 @@
 //! run:  appended(seqs, entries) ─▶ leaves ─▶ full tiles ─▶ N entries since the last checkpoint? ─▶ checkpoint
 //!                               └─▶ every 256th entry ─▶ the entry bundle of the level-0 tile it filled
 //!       tick()                  ─▶ T elapsed since the last checkpoint and the tree grew? ─▶ checkpoint
-//! checkpoint: flush tiles ─▶ sign the C2SP checkpoint ─▶ publish to atl.checkpoints with
+//! checkpoint: flush tiles ─▶ await the entry bundles in flight ─▶ sign the C2SP checkpoint ─▶ publish to atl.checkpoints with
 //!             Nats-Expected-Last-Sequence = the last checkpoint's sequence (single writer)
 //! ```
 //!
@@ -195,6 +195,9 @@ impl Checkpointer {
             self.log.append(entry.leaf).await?;
             self.bundle.push(entry.bytes.clone());
             if seq % BUNDLE_WIDTH == 0 {
+                // Not cancel-safe from here: a caller that dropped this future mid-way would lose
+                // the bundle below a later checkpoint (proofs would read the ledger). Both callers
+                // await it to the end.
                 let entries = std::mem::replace(&mut self.bundle, Vec::with_capacity(BUNDLE_WIDTH as usize));
                 // Written only whole: a bundle that missed an entry (an append that failed half
                 // way) is left to the ledger rather than written out of step.
@@ -228,7 +231,9 @@ impl Checkpointer {
         // Tiles first: a published checkpoint's proofs can always be served; and the bundles below
         // it, so that a restart need not look for any below its checkpoint.
         self.log.flush().await?;
-        while self.bundles.join_next().await.is_some() {}
+        while let Some(done) = self.bundles.join_next().await {
+            bundle_task_ended(done);
+        }
         let checkpoint = Checkpoint::new(&self.settings.origin, size, self.log.root());
         let note = checkpoint.sign(&[&self.signer])?;
         let seq = self.publish(&checkpoint, &note).await?;
@@ -283,22 +288,19 @@ impl Checkpointer {
     /// for zstd (about 0.5 ms a bundle) or the store; at most [`BUNDLES_IN_FLIGHT`] at once.
     async fn write_bundle(&mut self, index: u64, entries: Vec<Bytes>) {
         while self.bundles.len() >= BUNDLES_IN_FLIGHT {
-            self.bundles.join_next().await;
+            if let Some(done) = self.bundles.join_next().await {
+                bundle_task_ended(done);
+            }
         }
         let tiles = self.log.tiles().clone();
         self.bundles.spawn(async move {
             let encoded =
-                tokio::task::spawn_blocking(move || toolledger_merkle::bundle::encode_bundle(&entries))
-                    .await
-                    .map_err(|e| toolledger_merkle::Error::BundleCorrupt {
-                        path: String::new(),
-                        reason: e.to_string(),
-                    });
-            let written = match encoded {
-                Ok(Ok(encoded)) => tiles.put_bundle(index, encoded).await,
-                Ok(Err(error)) | Err(error) => Err(error),
-            };
-            bundle_written(index, written);
+                tokio::task::spawn_blocking(move || toolledger_merkle::bundle::encode_bundle(&entries)).await;
+            match encoded {
+                Ok(Ok(encoded)) => bundle_written(index, tiles.put_bundle(index, encoded).await),
+                Ok(Err(error)) => bundle_written(index, Err(error)),
+                Err(error) => bundle_task_ended(Err(error)),
+            }
         });
     }
 
@@ -378,6 +380,13 @@ const BUNDLES_IN_FLIGHT: usize = 4;
 fn bundle_written(index: u64, written: toolledger_merkle::Result<()>) {
     if let Err(error) = written {
         tracing::warn!(%error, index, "entry bundle not written; proofs of its entries read the ledger");
+    }
+}
+
+/// Logs a bundle task that panicked (its bundle stays missing; proofs read the ledger).
+fn bundle_task_ended(done: std::result::Result<(), tokio::task::JoinError>) {
+    if let Err(error) = done {
+        tracing::warn!(%error, "entry bundle task failed; proofs of its entries read the ledger");
     }
 }
 

@@ -111,11 +111,22 @@ pub fn decode_bundle_entry(path: &str, bytes: &[u8], at: usize) -> Result<Bytes>
     let mut decoded = 0u64;
     for index in 0..=at {
         let mut len = [0u8; 4];
-        decoder.read_exact(&mut len).map_err(zstd)?;
+        decoder.read_exact(&mut len).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => corrupt(format!("it ends before entry {index}")),
+            _ => zstd(e),
+        })?;
         let len = u64::from(u32::from_be_bytes(len));
         decoded += 4 + len;
-        if len > MAX_ENTRY || decoded > MAX_DECODED {
-            return Err(corrupt(format!("entry {index} claims {len} bytes")));
+        if len > MAX_ENTRY {
+            return Err(corrupt(format!(
+                "entry {index} claims {len} bytes, over {MAX_ENTRY}"
+            )));
+        }
+        if decoded > MAX_DECODED {
+            return Err(corrupt(format!(
+                "its first {} entries claim over {MAX_DECODED} bytes",
+                index + 1
+            )));
         }
         let mut part = (&mut decoder).take(len);
         let mut entry = Vec::new();
@@ -167,6 +178,10 @@ mod tests {
             .to_string();
         assert!(error.contains("bundle/000"), "{error}");
         assert!(decode_bundle_entry("bundle/000", &bytes[..bytes.len() / 2], 255).is_err());
+        let error = decode_bundle_entry("bundle/000", &short, 255)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("ends before entry 255"), "{error}");
     }
 
     #[test]
@@ -178,6 +193,7 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(error.contains(&format!("claims {len} bytes")), "{error}");
+            assert!(decode_bundle_entry("bundle/000", &bomb, 1).is_err());
         }
         // Zeros compress to almost nothing: 300 MiB of them is a bomb for a whole-bundle decode.
         let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
