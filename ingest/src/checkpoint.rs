@@ -14,8 +14,9 @@
 //! run:  appended(seqs, entries) ─▶ leaves ─▶ full tiles ─▶ N entries since the last checkpoint? ─▶ checkpoint
 //!                               └─▶ every 256th entry ─▶ the entry bundle of the level-0 tile it filled
 //!       tick()                  ─▶ T elapsed since the last checkpoint and the tree grew? ─▶ checkpoint
-//! checkpoint: flush tiles ─▶ await the entry bundles in flight ─▶ sign the C2SP checkpoint ─▶ publish to atl.checkpoints with
-//!             Nats-Expected-Last-Sequence = the last checkpoint's sequence (single writer)
+//! checkpoint: flush tiles ─▶ await the entry bundles in flight ─▶ sign the C2SP checkpoint
+//!             ─▶ publish to atl.checkpoints with Nats-Expected-Last-Sequence = the last
+//!             checkpoint's sequence (single writer)
 //! ```
 //!
 //! Tiles are a cache of the tree; the ledger is its source and the signed checkpoints its anchor.
