@@ -420,28 +420,32 @@ pub(crate) async fn inclusion_in(
         });
     }
     let proof = reader.inclusion_proof(seq - 1, size).await?;
-    // The entry from its bundle when that proves against the signed root, else from the ledger.
-    let bundled = match bundled_entry(source, seq, size).await {
-        Some(entry) if proof.verify(&leaf_hash(&entry), &root).is_ok() => Some(entry),
-        Some(_) => {
-            tracing::warn!(
-                seq,
-                "entry bundle disagrees with the signed tree; reading the ledger"
-            );
-            None
+    // The entry from its bundle when that proves against the signed root, else from the ledger
+    // (which must prove): each entry is hashed and checked once.
+    let bundled = bundled_entry(source, seq, size).await.and_then(|entry| {
+        let leaf = leaf_hash(&entry);
+        if proof.verify(&leaf, &root).is_ok() {
+            return Some((entry, leaf));
         }
-        None => None,
+        tracing::warn!(
+            seq,
+            "entry bundle disagrees with the signed tree; reading the ledger"
+        );
+        None
+    });
+    let (entry, leaf) = match bundled {
+        Some(proved) => proved,
+        None => {
+            let entry = toolledger_ledger::message(js, &source.ledger_stream, seq).await?;
+            let leaf = leaf_hash(&entry);
+            proof
+                .verify(&leaf, &root)
+                .map_err(|e| Error::ProofDoesNotVerify {
+                    reason: e.to_string(),
+                })?;
+            (entry, leaf)
+        }
     };
-    let entry = match bundled {
-        Some(entry) => entry,
-        None => toolledger_ledger::message(js, &source.ledger_stream, seq).await?,
-    };
-    let leaf = leaf_hash(&entry);
-    proof
-        .verify(&leaf, &root)
-        .map_err(|e| Error::ProofDoesNotVerify {
-            reason: e.to_string(),
-        })?;
     Ok(InclusionOutput {
         ledger_seq: seq,
         leaf_index: seq - 1,

@@ -62,38 +62,16 @@ pub fn encode_bundle<E: AsRef<[u8]>>(entries: &[E]) -> Result<Vec<u8>> {
 
 /// Decodes a bundle read from `path`: exactly [`BUNDLE_WIDTH`] entries, or [`Error::BundleCorrupt`].
 pub fn decode_bundle(path: &str, bytes: &[u8]) -> Result<Vec<Bytes>> {
-    let corrupt = |reason: String| Error::BundleCorrupt {
-        path: path.to_owned(),
-        reason,
-    };
-    let mut raw = Vec::with_capacity(bytes.len().saturating_mul(8).min(4 << 20));
-    zstd::stream::read::Decoder::new(bytes)
-        .and_then(|decoder| decoder.take(MAX_DECODED + 1).read_to_end(&mut raw))
-        .map_err(|e| corrupt(format!("zstd: {e}")))?;
-    if raw.len() as u64 > MAX_DECODED {
-        return Err(corrupt(format!("more than {MAX_DECODED} bytes decompressed")));
-    }
-    let raw = Bytes::from(raw);
+    let mut reader = EntryReader::new(path, bytes)?;
     let mut entries = Vec::with_capacity(BUNDLE_WIDTH as usize);
-    let mut at = 0usize;
-    while at < raw.len() {
-        let len = raw
-            .get(at..at + 4)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
-            .ok_or_else(|| corrupt(format!("a length cut short at byte {at}")))?;
-        let start = at + 4;
-        let end = start
-            .checked_add(len)
-            .filter(|end| *end <= raw.len())
-            .ok_or_else(|| corrupt(format!("entry {} runs past the end", entries.len())))?;
-        entries.push(raw.slice(start..end));
-        at = end;
+    while let Some(len) = reader.next_len()? {
+        if entries.len() as u64 == BUNDLE_WIDTH {
+            return Err(reader.corrupt(format!("more than {BUNDLE_WIDTH} entries")));
+        }
+        entries.push(reader.read(len)?);
     }
     if entries.len() as u64 != BUNDLE_WIDTH {
-        return Err(corrupt(format!(
-            "{} entries, expected {BUNDLE_WIDTH}",
-            entries.len()
-        )));
+        return Err(reader.corrupt(format!("{} entries, expected {BUNDLE_WIDTH}", entries.len())));
     }
     Ok(entries)
 }
@@ -102,49 +80,114 @@ pub fn decode_bundle(path: &str, bytes: &[u8]) -> Result<Vec<Bytes>> {
 /// holding no other entry: what a proof needs. [`Error::BundleCorrupt`] when the bundle ends first,
 /// or claims an entry over [`MAX_ENTRY`] or more than [`MAX_DECODED`] bytes up to it.
 pub fn decode_bundle_entry(path: &str, bytes: &[u8], at: usize) -> Result<Bytes> {
-    let corrupt = |reason: String| Error::BundleCorrupt {
-        path: path.to_owned(),
-        reason,
-    };
-    let zstd = |e: std::io::Error| corrupt(format!("zstd: {e}"));
-    let mut decoder = zstd::stream::read::Decoder::new(bytes).map_err(zstd)?;
-    let mut decoded = 0u64;
-    for index in 0..=at {
-        let mut len = [0u8; 4];
-        decoder.read_exact(&mut len).map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => corrupt(format!("it ends before entry {index}")),
-            _ => zstd(e),
+    let mut reader = EntryReader::new(path, bytes)?;
+    for index in 0..at {
+        let len = reader
+            .next_len()?
+            .ok_or_else(|| reader.corrupt(format!("it ends before entry {index}")))?;
+        reader.skip(len)?;
+    }
+    let len = reader
+        .next_len()?
+        .ok_or_else(|| reader.corrupt(format!("it ends before entry {at}")))?;
+    reader.read(len)
+}
+
+/// A bundle's entries in order, through a streaming decoder: each length is checked against
+/// [`MAX_ENTRY`] and the running total against [`MAX_DECODED`] before any of the entry is read, so
+/// a bundle that claims more is refused without being decompressed.
+struct EntryReader<'a> {
+    path: &'a str,
+    decoder: zstd::stream::read::Decoder<'static, std::io::BufReader<&'a [u8]>>,
+    /// Entries whose length has been read.
+    entries: usize,
+    /// Bytes claimed so far, lengths included.
+    claimed: u64,
+}
+
+impl<'a> EntryReader<'a> {
+    fn new(path: &'a str, bytes: &'a [u8]) -> Result<Self> {
+        let decoder = zstd::stream::read::Decoder::new(bytes).map_err(|e| Error::BundleCorrupt {
+            path: path.to_owned(),
+            reason: format!("zstd: {e}"),
         })?;
-        let len = u64::from(u32::from_be_bytes(len));
-        decoded += 4 + len;
-        if len > MAX_ENTRY {
-            return Err(corrupt(format!(
-                "entry {index} claims {len} bytes, over {MAX_ENTRY}"
-            )));
+        Ok(Self {
+            path,
+            decoder,
+            entries: 0,
+            claimed: 0,
+        })
+    }
+
+    fn corrupt(&self, reason: String) -> Error {
+        Error::BundleCorrupt {
+            path: self.path.to_owned(),
+            reason,
         }
-        if decoded > MAX_DECODED {
-            return Err(corrupt(format!(
-                "its first {} entries claim over {MAX_DECODED} bytes",
+    }
+
+    fn zstd(&self, e: &std::io::Error) -> Error {
+        self.corrupt(format!("zstd: {e}"))
+    }
+
+    /// The next entry's length, within the limits; `None` at the end of the bundle.
+    fn next_len(&mut self) -> Result<Option<u64>> {
+        let mut len = [0u8; 4];
+        let mut got = 0;
+        while got < len.len() {
+            match self.decoder.read(&mut len[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.zstd(&e)),
+            }
+        }
+        let index = self.entries;
+        match got {
+            0 => return Ok(None),
+            4 => {}
+            _ => return Err(self.corrupt(format!("the length of entry {index} is cut short"))),
+        }
+        let len = u64::from(u32::from_be_bytes(len));
+        self.entries += 1;
+        self.claimed += 4 + len;
+        if len > MAX_ENTRY {
+            return Err(self.corrupt(format!("entry {index} claims {len} bytes, over {MAX_ENTRY}")));
+        }
+        if self.claimed > MAX_DECODED {
+            return Err(self.corrupt(format!(
+                "its first {} entries claim more than {MAX_DECODED} bytes",
                 index + 1
             )));
         }
-        let mut part = (&mut decoder).take(len);
-        let mut entry = Vec::new();
-        let read = if index < at {
-            std::io::copy(&mut part, &mut std::io::sink())
+        Ok(Some(len))
+    }
+
+    /// Passes over the entry whose length [`Self::next_len`] gave.
+    fn skip(&mut self, len: u64) -> Result<()> {
+        let skipped = std::io::copy(&mut (&mut self.decoder).take(len), &mut std::io::sink())
+            .map_err(|e| self.zstd(&e))?;
+        self.whole(skipped, len)
+    }
+
+    /// Reads the entry whose length [`Self::next_len`] gave.
+    fn read(&mut self, len: u64) -> Result<Bytes> {
+        let mut entry = Vec::with_capacity(len.min(1 << 20) as usize);
+        let read = (&mut self.decoder)
+            .take(len)
+            .read_to_end(&mut entry)
+            .map_err(|e| self.zstd(&e))?;
+        self.whole(read as u64, len)?;
+        Ok(entry.into())
+    }
+
+    fn whole(&self, got: u64, len: u64) -> Result<()> {
+        if got == len {
+            Ok(())
         } else {
-            entry.reserve(len.min(1 << 20) as usize);
-            part.read_to_end(&mut entry).map(|n| n as u64)
-        }
-        .map_err(zstd)?;
-        if read != len {
-            return Err(corrupt(format!("entry {index} cut short")));
-        }
-        if index == at {
-            return Ok(entry.into());
+            Err(self.corrupt(format!("entry {} is cut short", self.entries - 1)))
         }
     }
-    Err(corrupt(format!("no entry {at}")))
 }
 
 #[cfg(test)]
