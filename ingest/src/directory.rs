@@ -10,6 +10,7 @@
 //!                                                     (atl.checkpoints.directory, <origin>/directory)
 //! shutdown: after every partition's writer has stopped (and signed its tail), one last entry, then
 //!           the lease is released
+//! beside it: the witnesses asked to cosign the directory's checkpoints ([`crate::witnessing`])
 //! ```
 //!
 //! The directory is a log like a partition: an appender conditional on its last sequence, a tree
@@ -30,7 +31,9 @@ use toolledger_wire::streams::CHECKPOINTS;
 use crate::append::{Appender, PendingEntry};
 use crate::checkpoint::{self, CheckpointSettings, Checkpointer};
 use crate::lease::{LEASE_BUCKET, Lease};
+use crate::metrics::IngestMetrics;
 use crate::session::{Connector, IngestSettings};
+use crate::witnessing::Witnessing;
 use crate::{Error, Result};
 
 /// The health board's component for the directory's writer.
@@ -41,12 +44,13 @@ pub const COMPONENT: &str = "directory";
 pub async fn run(
     connector: Connector,
     settings: IngestSettings,
+    metrics: IngestMetrics,
     health: Health,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut failures = 0u32;
     loop {
-        match session(&connector, &settings, &health, &mut stop).await {
+        match session(&connector, &settings, &metrics, &health, &mut stop).await {
             Ok(()) => return,
             Err(error) => {
                 failures += 1;
@@ -67,6 +71,7 @@ pub async fn run(
 async fn session(
     connector: &Connector,
     settings: &IngestSettings,
+    metrics: &IngestMetrics,
     health: &Health,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
@@ -93,6 +98,14 @@ async fn session(
         }
     };
     let mut log = Directory::open(&js, settings).await?;
+    let witnessing = Witnessing::open(
+        js.clone(),
+        &checkpoint_settings(settings),
+        log.checkpointer.tiles().clone(),
+        &settings.witnessing,
+        metrics.clone(),
+    )
+    .await?;
     health.ok(
         COMPONENT,
         format!(
@@ -109,31 +122,53 @@ async fn session(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut renewed = Instant::now();
     let mut recorded_at: Option<Instant> = None;
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {},
-            _ = stop.wait_for(|stop| *stop) => {},
-        }
-        let stopping = *stop.borrow();
-        if renewed.elapsed() >= lease.renew_every() {
-            lease.renew().await?;
-            renewed = Instant::now();
-        }
-        if stopping || recorded_at.is_none_or(|at| at.elapsed() >= every) {
-            recorded_at = Some(Instant::now());
-            if let Some(seq) = log.record(&js).await? {
-                health.ok(
-                    COMPONENT,
-                    format!("recorded every partition's checkpoint at seq {seq}"),
-                );
+    let writing = async {
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {},
+                _ = stop.wait_for(|stop| *stop) => {},
+            }
+            let stopping = *stop.borrow();
+            if renewed.elapsed() >= lease.renew_every() {
+                lease.renew().await?;
+                renewed = Instant::now();
+            }
+            if stopping || recorded_at.is_none_or(|at| at.elapsed() >= every) {
+                recorded_at = Some(Instant::now());
+                if let Some(seq) = log.record(&js).await? {
+                    health.ok(
+                        COMPONENT,
+                        format!("recorded every partition's checkpoint at seq {seq}"),
+                    );
+                }
+            }
+            if stopping {
+                return Ok(());
             }
         }
-        if stopping {
-            break;
-        }
-    }
+    };
+    // The witnesses are asked beside the writer, never in its way; they end with the session.
+    let outcome: Result<()> = tokio::select! {
+        outcome = writing => outcome,
+        never = Witnessing::run_or_wait(witnessing) => match never {},
+    };
+    outcome?;
     let _ = lease.release().await;
     Ok(())
+}
+
+/// The directory's checkpoint settings: its own subject and origin, a checkpoint at every entry,
+/// the ledger's interval and trusted keys. `settings` are p0's.
+fn checkpoint_settings(settings: &IngestSettings) -> CheckpointSettings {
+    CheckpointSettings {
+        ledger_stream: directory::STREAM.to_owned(),
+        checkpoint_stream: CHECKPOINTS.to_owned(),
+        checkpoint_subject: directory::CHECKPOINT_SUBJECT.to_owned(),
+        origin: directory::origin(&settings.checkpoint.origin),
+        every: 1,
+        interval: settings.checkpoint.interval,
+        trusted: settings.checkpoint.trusted.clone(),
+    }
 }
 
 /// The directory's log as its writer holds it.
@@ -155,19 +190,10 @@ impl Directory {
         let signer = NoteSigner::load(&settings.key_file)?;
         let mut verifiers = settings.checkpoint.trusted.clone();
         verifiers.add(signer.verifier());
-        let checkpoint_settings = CheckpointSettings {
-            ledger_stream: directory::STREAM.to_owned(),
-            checkpoint_stream: CHECKPOINTS.to_owned(),
-            checkpoint_subject: directory::CHECKPOINT_SUBJECT.to_owned(),
-            origin: directory::origin(&settings.checkpoint.origin),
-            every: 1,
-            interval: settings.checkpoint.interval,
-            trusted: settings.checkpoint.trusted.clone(),
-        };
         let tiles = checkpoint::open_tiles(&directory::tiles(&settings.tiles))?;
         let checkpointer = Checkpointer::open(
             js.clone(),
-            checkpoint_settings,
+            checkpoint_settings(settings),
             signer,
             tiles,
             appender.last_seq(),

@@ -23,11 +23,13 @@ pub struct PartitionLabel {
     pub partition: String,
 }
 
-/// The label of the witness metrics: the witness's name.
+/// The labels of the witness metrics: the witness's name and the log it cosigns.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WitnessLabel {
     /// The witness name (its verifier key's name).
     pub witness: String,
+    /// The log's origin (p0's, a partition's `<origin>/p<K>`, the directory's `<origin>/directory`).
+    pub log: String,
 }
 
 /// Counters and gauges the ingest loop updates.

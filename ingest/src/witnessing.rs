@@ -1,12 +1,14 @@
 //! Asking witnesses to cosign the ledger's checkpoints (DESIGN §10, `docs/witnesses.md`).
 //!
 //! ```text
-//! every second, in the lease-holding session, beside the appender (never in its way):
-//!   last ATL_CHECKPOINTS message: the signed note of size S
+//! every second, in each lease-holding session (a partition's, the directory's), beside the
+//! appender (never in its way):
+//!   last ATL_CHECKPOINTS message on the log's subject: the signed note of size S
 //!   for each witness that has not cosigned S and is not backing off, concurrently:
 //!     old = the size it last cosigned (ATL_COSIGNATURES at start, 0 if none; its 409 corrects it)
 //!     ─▶ consistency proof old → S from the tiles ─▶ POST <url>/add-checkpoint
-//!        ├ 200 ─▶ its line verifies under its key ─▶ publish note + line to atl.cosignatures.<S>.<key id>
+//!        ├ 200 ─▶ its line verifies under its key ─▶ publish note + line to
+//!        │        atl.cosignatures[.<log>].<S>.<key id>
 //!        ├ 409, witness at W < S ─▶ old = W, ask again at once
 //!        ├ 409, witness at W ≥ S ─▶ it holds a tree we did not sign at S (a fork), or one ahead of ours
 //!        │                          (a checkpoint this ledger lost): error, back off
@@ -20,6 +22,11 @@
 //! on its own; a reader joins a checkpoint's lines into one cosigned note. A witness that was down
 //! cosigns only the newest checkpoint when it is back, which is all its protocol needs: the
 //! consistency proof covers the ones between.
+//!
+//! Every log is witnessed alike: p0 on `atl.checkpoints` (its cosignatures on
+//! `atl.cosignatures.<S>.<key id>`), a partition on `atl.checkpoints.<K>` and the directory on
+//! `atl.checkpoints.directory` (theirs on `atl.cosignatures.<K>.…` and `atl.cosignatures.directory.…`).
+//! A witness cosigns the origins it lists, so it lists each partition's and the directory's.
 
 use std::time::Duration;
 
@@ -28,10 +35,13 @@ use tokio::time::Instant;
 use toolledger_merkle::note::Note;
 use toolledger_merkle::{Checkpoint, CosignatureVerifier, Cosigners, TileReader, TileStore};
 use toolledger_wire::entry::hex;
-use toolledger_wire::streams::{CHECKPOINTS, CHECKPOINTS_SUBJECT, COSIGNATURES, cosignature_subject};
+use toolledger_wire::streams::{
+    CHECKPOINTS, COSIGNATURES, cosignature_subject, cosignatures_by, cosigned_size,
+};
 
 use toolledger_core::telemetry::ErrorChain;
 
+use crate::checkpoint::CheckpointSettings;
 use crate::metrics::{IngestMetrics, WitnessLabel};
 
 /// How often the latest checkpoint is looked at.
@@ -123,6 +133,8 @@ struct Latest {
 /// Asks the witnesses for cosignatures of each new checkpoint; see the module docs.
 pub struct Witnessing {
     js: jetstream::Context,
+    /// The log's checkpoint subject in ATL_CHECKPOINTS.
+    checkpoint_subject: String,
     tiles: TileReader,
     client: reqwest::Client,
     quorum: usize,
@@ -133,9 +145,11 @@ pub struct Witnessing {
 }
 
 impl Witnessing {
-    /// Reads where each witness stands from ATL_COSIGNATURES; `None` without witnesses.
+    /// Reads where each witness stands on the log of `checkpoint` (its subject and origin) from
+    /// ATL_COSIGNATURES; `None` without witnesses.
     pub async fn open(
         js: jetstream::Context,
+        checkpoint: &CheckpointSettings,
         tiles: TileStore,
         settings: &WitnessingSettings,
         metrics: IngestMetrics,
@@ -152,14 +166,15 @@ impl Witnessing {
             })?;
         let mut witnesses = Vec::with_capacity(settings.witnesses.len());
         for target in &settings.witnesses {
-            let subjects = format!("atl.cosignatures.*.{:08x}", target.key.key_id());
+            let subjects = cosignatures_by(&checkpoint.checkpoint_subject, target.key.key_id());
             let size = toolledger_ledger::last_stored_message(&js, COSIGNATURES, &subjects)
                 .await?
-                .and_then(|m| m.subject.split('.').nth(2).and_then(|s| s.parse().ok()))
+                .and_then(|m| cosigned_size(&checkpoint.checkpoint_subject, &m.subject))
                 .unwrap_or(0);
             let mut known = Known {
                 label: WitnessLabel {
                     witness: target.key.name().to_owned(),
+                    log: checkpoint.origin.clone(),
                 },
                 target: target.clone(),
                 size: 0,
@@ -171,6 +186,7 @@ impl Witnessing {
         }
         Ok(Some(Self {
             js,
+            checkpoint_subject: checkpoint.checkpoint_subject.clone(),
             tiles: TileReader::new(tiles),
             client,
             quorum: settings.quorum,
@@ -178,6 +194,15 @@ impl Witnessing {
             metrics,
             reported: 0,
         }))
+    }
+
+    /// [`Self::run`] with witnesses; without, it waits forever too, so it can sit in a `select!`
+    /// beside the writer it serves.
+    pub async fn run_or_wait(witnessing: Option<Self>) -> std::convert::Infallible {
+        match witnessing {
+            Some(witnessing) => witnessing.run().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// Asks, forever; a failure is logged and retried, never the session's end.
@@ -192,29 +217,36 @@ impl Witnessing {
 
     /// One look at the latest checkpoint, and a request to each witness that needs it.
     async fn round(&mut self) -> crate::Result<()> {
-        let Some(latest) = latest_checkpoint(&self.js).await? else {
+        let Some(latest) = latest_checkpoint(&self.js, &self.checkpoint_subject).await? else {
             return Ok(());
         };
         let size = latest.checkpoint.size;
         let now = Instant::now();
         let Self {
             js,
+            checkpoint_subject,
             tiles,
             client,
             witnesses,
             metrics,
             ..
         } = self;
+        let log = Log {
+            js,
+            checkpoint_subject,
+            tiles,
+        };
         let asks = witnesses
             .iter_mut()
             .filter(|w| w.size < size && w.not_before <= now)
-            .map(|w| ask(js, tiles, client, w, &latest, metrics));
+            .map(|w| ask(&log, client, w, &latest, metrics));
         futures::future::join_all(asks).await;
         let cosigned = self.witnesses.iter().filter(|w| w.size >= size).count();
         if self.reported < size {
             self.reported = size;
             if cosigned >= self.quorum {
                 tracing::debug!(
+                    log = %latest.checkpoint.origin,
                     size,
                     cosigned,
                     quorum = self.quorum,
@@ -228,6 +260,7 @@ impl Witnessing {
                     .map(|w| w.target.key.name())
                     .collect();
                 tracing::warn!(
+                    log = %latest.checkpoint.origin,
                     size,
                     cosigned,
                     quorum = self.quorum,
@@ -240,11 +273,17 @@ impl Witnessing {
     }
 }
 
+/// The witnessed log: where its cosignatures go and its tiles (for consistency proofs).
+struct Log<'a> {
+    js: &'a jetstream::Context,
+    checkpoint_subject: &'a str,
+    tiles: &'a TileReader,
+}
+
 /// Asks one witness to cosign `latest`, correcting what we know of it once on a 409, and publishes
 /// its cosignature.
 async fn ask(
-    js: &jetstream::Context,
-    tiles: &TileReader,
+    log: &Log<'_>,
     client: &reqwest::Client,
     witness: &mut Known,
     latest: &Latest,
@@ -257,7 +296,7 @@ async fn ask(
         let proof = if old == 0 || old == size {
             Vec::new()
         } else {
-            match tiles.consistency_proof(old, size).await {
+            match log.tiles.consistency_proof(old, size).await {
                 Ok(proof) => proof.hashes,
                 Err(error) => {
                     tracing::warn!(witness = name, old, size, %error, "no consistency proof for a witness");
@@ -269,7 +308,7 @@ async fn ask(
         match toolledger_witness::add_checkpoint(client, &witness.target.url, old, &proof, &latest.note).await
         {
             Ok(lines) => {
-                match publish(js, &witness.target.key, latest, &lines).await {
+                match publish(log, &witness.target.key, latest, &lines).await {
                     Ok(()) => {
                         tracing::debug!(witness = name, size, "checkpoint cosigned");
                         witness.cosigned(size, metrics);
@@ -316,7 +355,7 @@ async fn ask(
 /// a witness cannot plant a line under another witness's name. The message id makes a repeat
 /// (another round, another ingest) a duplicate.
 async fn publish(
-    js: &jetstream::Context,
+    log: &Log<'_>,
     key: &CosignatureVerifier,
     latest: &Latest,
     lines: &str,
@@ -337,8 +376,10 @@ async fn publish(
             hex(&latest.checkpoint.root),
             key.key_id()
         ));
-    let ack = js
-        .send_publish(cosignature_subject(size, key.key_id()), message)
+    let subject = cosignature_subject(log.checkpoint_subject, size, key.key_id());
+    let ack = log
+        .js
+        .send_publish(subject, message)
         .await
         .map_err(|e| e.to_string())?;
     tokio::time::timeout(REQUEST_TIMEOUT, ack.into_future())
@@ -348,11 +389,13 @@ async fn publish(
     Ok(())
 }
 
-/// The last signed checkpoint of p0 (the only partition witnessed) in ATL_CHECKPOINTS, `None`
-/// before the first: its exact subject, so the other partitions' and the directory's checkpoints,
-/// which share the stream, are never taken for it.
-async fn latest_checkpoint(js: &jetstream::Context) -> crate::Result<Option<Latest>> {
-    let Some(message) = toolledger_ledger::last_stored_message(js, CHECKPOINTS, CHECKPOINTS_SUBJECT).await?
+/// The log's last signed checkpoint in ATL_CHECKPOINTS, `None` before the first: its exact subject,
+/// so the other logs' checkpoints, which share the stream, are never taken for it.
+async fn latest_checkpoint(
+    js: &jetstream::Context,
+    checkpoint_subject: &str,
+) -> crate::Result<Option<Latest>> {
+    let Some(message) = toolledger_ledger::last_stored_message(js, CHECKPOINTS, checkpoint_subject).await?
     else {
         return Ok(None);
     };

@@ -15,6 +15,9 @@ use toolledger_merkle::note::Note;
 use toolledger_merkle::{Checkpoint, CosignatureVerifier, Cosigners, Hash, NoteSigner, Verifiers};
 use toolledger_testkit::{ChildProcess, NatsFixture, http_post, python, workspace_root};
 
+use toolledger_wire::partition::Partitions;
+use toolledger_wire::streams::cosignature_subject;
+
 use crate::toolledger;
 
 /// The demo events are emitted in this many parts, so ingest signs at least this many checkpoints.
@@ -234,13 +237,21 @@ pub(crate) struct WitnessProcess {
     pub(crate) key: CosignatureVerifier,
     name: String,
     log_key: String,
+    /// The origins it cosigns, all under `log_key`.
+    origins: Vec<String>,
 }
 
 impl WitnessProcess {
+    /// A witness of the ledger's one log ([`ORIGIN`]).
     pub(crate) fn start(name: &str, log_key: &str) -> Self {
+        Self::start_for(name, log_key, &[ORIGIN.to_owned()])
+    }
+
+    /// A witness of every log in `origins`, each signed with `log_key`.
+    pub(crate) fn start_for(name: &str, log_key: &str, origins: &[String]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("witness.toml");
-        Self::write_config(&config, name, log_key, "127.0.0.1:0");
+        Self::write_config(&config, name, log_key, origins, "127.0.0.1:0");
         let (child, addr, key) = Self::launch(dir.path(), &config);
         Self {
             dir,
@@ -250,22 +261,29 @@ impl WitnessProcess {
             key,
             name: name.to_owned(),
             log_key: log_key.to_owned(),
+            origins: origins.to_vec(),
         }
     }
 
-    fn write_config(config: &Path, name: &str, log_key: &str, listen: &str) {
-        std::fs::write(
-            config,
-            format!(
-                "[witness]\nlisten = \"{listen}\"\nname = \"{name}\"\n\n[[witness.logs]]\norigin = \"{ORIGIN}\"\nkeys = [\"{log_key}\"]\n"
-            ),
-        )
-        .unwrap();
+    fn write_config(config: &Path, name: &str, log_key: &str, origins: &[String], listen: &str) {
+        let mut text = format!("[witness]\nlisten = \"{listen}\"\nname = \"{name}\"\n");
+        for origin in origins {
+            text.push_str(&format!(
+                "\n[[witness.logs]]\norigin = \"{origin}\"\nkeys = [\"{log_key}\"]\n"
+            ));
+        }
+        std::fs::write(config, text).unwrap();
     }
 
     /// Starts the process again on the same state directory and port; the key survives.
     fn restart(&mut self) {
-        Self::write_config(&self.config, &self.name, &self.log_key, &self.addr.to_string());
+        Self::write_config(
+            &self.config,
+            &self.name,
+            &self.log_key,
+            &self.origins,
+            &self.addr.to_string(),
+        );
         let (child, addr, key) = Self::launch(self.dir.path(), &self.config);
         assert_eq!(key, self.key, "the key survives a restart");
         assert_eq!(addr, self.addr);
@@ -525,10 +543,22 @@ pub(crate) fn cosigned_by(
     witnesses: &[&CosignatureVerifier],
     at_least: u64,
 ) -> (u64, String, Vec<String>) {
+    cosigned_on(rt, js, "atl.checkpoints", witnesses, at_least)
+}
+
+/// [`cosigned_by`] for the log whose checkpoints are on `checkpoint_subject` (a partition's, the
+/// directory's): its cosignatures are on that log's own subjects.
+fn cosigned_on(
+    rt: &tokio::runtime::Runtime,
+    js: &jetstream::Context,
+    checkpoint_subject: &str,
+    witnesses: &[&CosignatureVerifier],
+    at_least: u64,
+) -> (u64, String, Vec<String>) {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let found = rt.block_on(async {
-            let latest = toolledger_ledger::last_stored_message(js, "ATL_CHECKPOINTS", ">")
+            let latest = toolledger_ledger::last_stored_message(js, "ATL_CHECKPOINTS", checkpoint_subject)
                 .await
                 .unwrap()?;
             let note = String::from_utf8(latest.payload.to_vec()).unwrap();
@@ -540,7 +570,7 @@ pub(crate) fn cosigned_by(
             }
             let mut messages = Vec::new();
             for witness in witnesses {
-                let subject = format!("atl.cosignatures.{size}.{:08x}", witness.key_id());
+                let subject = cosignature_subject(checkpoint_subject, size, witness.key_id());
                 let message = toolledger_ledger::last_stored_message(js, "ATL_COSIGNATURES", &subject)
                     .await
                     .unwrap()?;
@@ -553,11 +583,44 @@ pub(crate) fn cosigned_by(
         }
         assert!(
             Instant::now() < deadline,
-            "no checkpoint of size ≥ {at_least} cosigned by all of {:?}",
+            "no checkpoint on {checkpoint_subject} of size ≥ {at_least} cosigned by all of {:?}",
             witnesses.iter().map(|w| w.name()).collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Waits (a minute at most) until `streams` hold `entries` messages in all, ingest running.
+fn await_entries(
+    rt: &tokio::runtime::Runtime,
+    js: &jetstream::Context,
+    streams: &[&str],
+    entries: u64,
+    ingest: &mut ChildProcess,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while streams.iter().map(|s| stream_messages(rt, js, s)).sum::<u64>() < entries {
+        assert!(Instant::now() < deadline, "ingest is behind\n{}", ingest.stderr());
+        assert!(
+            ingest.try_status().is_none(),
+            "ingest exited\n{}",
+            ingest.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The ledger configuration `ledger` (its `[ledger]` table) with ingest asking each of `witnesses`.
+fn asking(ledger: &str, witnesses: &[WitnessProcess]) -> String {
+    let mut toml = ledger.to_owned();
+    for witness in witnesses {
+        toml.push_str(&format!(
+            "\n[[ledger.witnesses]]\nurl = \"{}\"\nkey = \"{}\"\n",
+            witness.url(),
+            witness.key
+        ));
+    }
+    toml
 }
 
 /// `toolledger doctor --json`'s `witnesses` check: (status, detail).
@@ -592,15 +655,14 @@ fn ingest_gathers_cosignatures_and_doctor_names_a_witness_behind() {
     let mut witnesses: Vec<WitnessProcess> = (1..=3)
         .map(|i| WitnessProcess::start(&format!("witness.test/l{i}"), &log_key))
         .collect();
-    let mut toml = "[ledger]\ncheckpoint_interval_ms = 100\nwitness_quorum = 2\n".to_owned();
-    for witness in &witnesses {
-        toml.push_str(&format!(
-            "\n[[ledger.witnesses]]\nurl = \"{}\"\nkey = \"{}\"\n",
-            witness.url(),
-            witness.key
-        ));
-    }
-    std::fs::write(&config, toml).unwrap();
+    std::fs::write(
+        &config,
+        asking(
+            "[ledger]\ncheckpoint_interval_ms = 100\nwitness_quorum = 2\n",
+            &witnesses,
+        ),
+    )
+    .unwrap();
     let events = data.path().join("events.ndjson");
     let (ok, _, err) = run(
         data.path(),
@@ -626,16 +688,7 @@ fn ingest_gathers_cosignatures_and_doctor_names_a_witness_behind() {
         );
         assert!(ok, "emit failed\n{out}\n{err}");
         emitted += parts[i].len() as u64;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while stream_messages(&rt, &js, "ATL_LEDGER") < emitted {
-            assert!(Instant::now() < deadline, "ingest is behind\n{}", ingest.stderr());
-            assert!(
-                ingest.try_status().is_none(),
-                "ingest exited\n{}",
-                ingest.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        await_entries(&rt, &js, &["ATL_LEDGER"], emitted, ingest);
         emitted
     };
 
@@ -825,4 +878,122 @@ fn ingest_gathers_cosignatures_and_doctor_names_a_witness_behind() {
         let _ = witness.child.terminate(Duration::from_secs(10));
     }
     println!("witnessed ledger test done in {:?}", started.elapsed());
+}
+
+/// A ledger of two partitions, with two witnesses that list its three origins (p0's, p1's, the
+/// directory's): ingest asks them to cosign every log, each log's cosignatures land on its own
+/// subjects and verify under its own origin, `verify` holds every partition and the directory to the
+/// policy, and `doctor` sees each log kept up with.
+#[test]
+fn a_partitioned_ledger_is_witnessed_in_every_partition_and_its_directory() {
+    let nats = NatsFixture::start();
+    let url = nats.url();
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("toolledger.toml");
+    let base = "[ledger]\npartitions = 2\ncheckpoint_interval_ms = 100\n";
+    std::fs::write(&config, base).unwrap();
+    let (ok, out, err) = run(data.path(), &config, &["init", "--nats-url", &url]);
+    assert!(ok, "init failed\n{out}\n{err}");
+    let log_key = verifier_key(data.path());
+    let log_verifiers = Verifiers::parse(&log_key).unwrap();
+    // (checkpoint subject, origin) of each log.
+    let logs = [
+        ("atl.checkpoints", ORIGIN.to_owned()),
+        ("atl.checkpoints.1", format!("{ORIGIN}/p1")),
+        ("atl.checkpoints.directory", format!("{ORIGIN}/directory")),
+    ];
+    let origins: Vec<String> = logs.iter().map(|(_, origin)| origin.clone()).collect();
+    let mut witnesses: Vec<WitnessProcess> = (1..=2)
+        .map(|i| WitnessProcess::start_for(&format!("witness.test/q{i}"), &log_key, &origins))
+        .collect();
+    std::fs::write(
+        &config,
+        asking(&format!("{base}witness_quorum = 2\n"), &witnesses),
+    )
+    .unwrap();
+
+    // Tenants in both partitions, by the partition rule.
+    let partitions = Partitions::new(2).unwrap();
+    let tenants = ["acme", "globex", "initech", "umbrella", "hooli", "stark"];
+    assert!(
+        partitions
+            .all()
+            .all(|p| tenants.iter().any(|t| partitions.of(t) == p)),
+        "the tenants cover both partitions"
+    );
+    let events = data.path().join("events.ndjson");
+    let (ok, _, err) = run(
+        data.path(),
+        &config,
+        &[
+            "demo-data",
+            "--sessions",
+            "6",
+            "--tenants",
+            &tenants.join(","),
+            "--out",
+            events.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{err}");
+    let count = std::fs::read_to_string(&events).unwrap().lines().count() as u64;
+
+    let rt = runtime();
+    let js = rt.block_on(async { jetstream::new(nats.client().await) });
+    let mut ingest = spawn(data.path(), &config, &["ingest", "--nats-url", &url]);
+    let (ok, out, err) = run(
+        data.path(),
+        &config,
+        &["emit", events.to_str().unwrap(), "--nats-url", &url],
+    );
+    assert!(ok, "emit failed\n{out}\n{err}");
+    // Every event, and p0's record of the partition rule.
+    await_entries(&rt, &js, &["ATL_LEDGER", "ATL_LEDGER_P1"], count + 1, &mut ingest);
+
+    // Each log's newest checkpoint gathers both cosignatures, on that log's subjects, each the log's
+    // own note (its origin, under the ledger's key) with that witness's line.
+    let keys: Vec<CosignatureVerifier> = witnesses.iter().map(|w| w.key.clone()).collect();
+    let both: Vec<&CosignatureVerifier> = keys.iter().collect();
+    for (checkpoint_subject, origin) in &logs {
+        let (size, note, messages) = cosigned_on(&rt, &js, checkpoint_subject, &both, 1);
+        for (message, key) in messages.iter().zip(&keys) {
+            let checkpoint = Checkpoint::open_for(message, origin, &log_verifiers).unwrap();
+            assert_eq!(checkpoint.size, size);
+            assert!(message.starts_with(&note), "{message}");
+            assert_eq!(Cosigners::new([key.clone()]).verify(message).unwrap().len(), 1);
+        }
+    }
+
+    // `verify` under the policy of both: every partition and the directory are witnessed.
+    let mut args: Vec<String> = ["verify", "--nats-url", &url, "--witness-quorum", "2"]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    for key in &keys {
+        args.extend(["--witness".to_owned(), key.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, out, err) = run(data.path(), &config, &args);
+    assert!(ok, "verify under 2 of 2 failed\n{out}\n{err}");
+    assert_eq!(
+        out.matches("toolledger verify: witnessed: the checkpoint of size")
+            .count(),
+        3,
+        "p0, p1 and the directory are witnessed\n{out}"
+    );
+    let (status, detail) = doctor_witnesses(data.path(), &config, &url);
+    assert_eq!(status, "ok", "{detail}");
+    for log in [
+        "p0: 2 of 2 keep up",
+        "p1: 2 of 2 keep up",
+        "directory: 2 of 2 keep up",
+    ] {
+        assert!(detail.contains(log), "{detail}");
+    }
+
+    let status = ingest.terminate(Duration::from_secs(30)).expect("ingest stops");
+    assert!(status.success(), "{}", ingest.stderr());
+    for witness in &mut witnesses {
+        let _ = witness.child.terminate(Duration::from_secs(10));
+    }
 }

@@ -876,7 +876,7 @@ pub async fn build_bundle(
                             anchor.reference.checkpoint_seq, signed.checkpoint.origin, anchor.reference.size
                         ),
                     })?;
-                let note = cosigned_note(js, &named.note, named.checkpoint.size).await?;
+                let note = cosigned_note(js, &named.subject, &named.note, named.checkpoint.size).await?;
                 (named, note, Some(anchor))
             } else {
                 return Err(Error::NoCheckpoint {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use crate::verify::{Signed, Trust};
 use crate::{Error, Result, hex, parse_hash};
-use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence, read_range};
+use toolledger_ledger::{OrderedReader, ReadSpec, last_sequence};
 
 /// Where proofs come from.
 #[derive(Debug, Clone)]
@@ -236,8 +236,10 @@ pub(crate) async fn checkpoints(js: &jetstream::Context, source: &ProveSource) -
         *trust = Trust::new(origin);
     }
     if last > trust.last_seq {
-        for (seq, payload) in read_range(js, &source.checkpoint_stream, trust.last_seq + 1, last).await? {
-            trust.take(seq, &payload, &source.verifiers);
+        let spec = ReadSpec::range(trust.last_seq + 1, last);
+        let mut reader = OrderedReader::open(js, &source.checkpoint_stream, spec).await?;
+        while let Some(message) = reader.next().await? {
+            trust.take(&message, &source.verifiers);
         }
     }
     Ok(Arc::clone(&trust.trusted))
@@ -334,13 +336,13 @@ pub(crate) async fn witnessed_in<'a>(
         }),
         None => WitnessVerdict::default(),
     };
-    let newest_note = cosigned_note(js, &newest.note, newest.checkpoint.size).await?;
+    let newest_note = cosigned_note(js, &newest.subject, &newest.note, newest.checkpoint.size).await?;
     let newest_verdict = verdict_of(newest, &newest_note);
     if policy.is_none() || newest_verdict.met() {
         return Ok(Some((newest, newest_note, newest_verdict)));
     }
     for &candidate in &covering[1..] {
-        let note = cosigned_note(js, &candidate.note, candidate.checkpoint.size).await?;
+        let note = cosigned_note(js, &candidate.subject, &candidate.note, candidate.checkpoint.size).await?;
         let verdict = verdict_of(candidate, &note);
         if verdict.met() {
             return Ok(Some((candidate, note, verdict)));

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use async_nats::jetstream;
 use serde::Serialize;
 use toolledger_ledger::erasure::ERASURE_CLASS;
-use toolledger_ledger::{BlobStore, Error as LedgerError, OrderedReader, ReadSpec};
+use toolledger_ledger::{BlobStore, Error as LedgerError, OrderedReader, ReadSpec, StreamMessage};
 use toolledger_merkle::tile::{TILE_WIDTH, TileId, tile_for};
 use toolledger_merkle::{Checkpoint, CompactRange, Hash, TileReader, TileStore, Verifiers, WitnessPolicy};
 use toolledger_schemas::EventClass;
@@ -590,6 +590,9 @@ impl Report {
 #[derive(Debug, Clone)]
 pub(crate) struct Signed {
     pub(crate) seq: u64,
+    /// Its subject in the checkpoint stream, its log's: where its cosignatures are
+    /// ([`toolledger_wire::streams::cosignatures_prefix`]).
+    pub(crate) subject: String,
     pub(crate) checkpoint: Checkpoint,
     pub(crate) note: String,
 }
@@ -625,8 +628,9 @@ impl Trust {
         self.origin.as_deref()
     }
 
-    /// Takes the checkpoint stream's message `seq`.
-    pub(crate) fn take(&mut self, seq: u64, payload: &[u8], verifiers: &Verifiers) {
+    /// Takes the checkpoint stream's next message.
+    pub(crate) fn take(&mut self, message: &StreamMessage, verifiers: &Verifiers) {
+        let (seq, payload) = (message.seq, &message.payload);
         self.read += 1;
         self.last_seq = seq;
         let note = String::from_utf8_lossy(payload).into_owned();
@@ -670,6 +674,7 @@ impl Trust {
         }
         Arc::make_mut(&mut self.trusted).push(Signed {
             seq,
+            subject: message.subject.to_string(),
             checkpoint,
             note,
         });
@@ -842,7 +847,7 @@ pub async fn monitor(
             });
         };
         let (trusted_before, findings_before) = (run.trust.trusted.len(), run.trust.findings.len());
-        run.trust.take(message.seq, &message.payload, verifiers);
+        run.trust.take(&message, verifiers);
         if run.trust.findings.len() > findings_before {
             return run.finish(js, options).await;
         }
@@ -894,7 +899,7 @@ impl Run {
         };
         let mut checkpoints = OrderedReader::open(js, checkpoint_stream, spec).await?;
         while let Some(message) = checkpoints.next().await? {
-            trust.take(message.seq, &message.payload, verifiers);
+            trust.take(&message, verifiers);
         }
         let mut findings = Vec::new();
         let mut notes = Vec::new();

@@ -139,8 +139,8 @@ impl IngestSettings {
     }
 
     /// These settings for one partition: its ledger stream, checkpoint subject and origin, tiles,
-    /// lease and identity index (p0's are these settings unchanged). Witnesses cosign p0 only for
-    /// now: the cosignatures' subjects do not name a partition yet.
+    /// lease and identity index (p0's are these settings unchanged). The same witnesses cosign every
+    /// partition, each under its own origin.
     pub fn for_partition(&self, partition: Partition) -> Self {
         let mut settings = self.clone();
         settings.partition = partition;
@@ -154,7 +154,6 @@ impl IngestSettings {
         settings.checkpoint.checkpoint_subject = partition.checkpoint_subject();
         settings.checkpoint.origin = partition.origin(&self.checkpoint.origin);
         settings.tiles = partition.tiles(&self.tiles);
-        settings.witnessing = WitnessingSettings::default();
         settings
     }
 
@@ -262,6 +261,7 @@ pub async fn run(
         tokio::spawn(crate::directory::run(
             connector.clone(),
             settings.clone(),
+            metrics.clone(),
             health.clone(),
             directory_stopped,
         ))
@@ -839,6 +839,7 @@ impl Session {
         }
         let witnessing = Witnessing::open(
             js.clone(),
+            &settings.checkpoint,
             checkpointer.tiles().clone(),
             &settings.witnessing,
             metrics.clone(),
@@ -894,16 +895,10 @@ impl Session {
             Ok(())
         };
         // The witnesses are asked beside the stages, never in their way; they end with the session.
-        let witnessing = async {
-            match witnessing {
-                Some(witnessing) => witnessing.run().await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             outcome = stages => outcome,
             stalled = watch(monitor, shared) => Err(stalled),
-            never = witnessing => match never {},
+            never = Witnessing::run_or_wait(witnessing) => match never {},
         }
     }
 }

@@ -3,7 +3,7 @@
 //! that witness's signature line appended.
 //!
 //! ```text
-//! cosigned_note(note of size S) ─▶ atl.cosignatures.<S>.* in order ─▶ each message that extends
+//! cosigned_note(log, note of size S) ─▶ atl.cosignatures[.<log>].<S>.* in order ─▶ each message that extends
 //!   exactly this note by one line with the key id its subject names, first per witness
 //!   ─▶ note + those lines (a C2SP cosigned note)
 //! ```
@@ -14,15 +14,20 @@
 
 use async_nats::jetstream;
 use base64::Engine as _;
-use toolledger_wire::streams::COSIGNATURES;
+use toolledger_wire::streams::{COSIGNATURES, cosignatures_of};
 
 use crate::read::{OrderedReader, ReadSpec};
 use crate::{Error, Result};
 
-/// `note` (a signed checkpoint of `size`, as ATL_CHECKPOINTS holds it) with every witness line
-/// ATL_COSIGNATURES holds for it appended. A deployment without ATL_COSIGNATURES (made before
-/// witnesses) has none: `note` comes back unchanged.
-pub async fn cosigned_note(js: &jetstream::Context, note: &str, size: u64) -> Result<String> {
+/// `note` (a signed checkpoint of `size`, as ATL_CHECKPOINTS holds it on `checkpoint_subject`, its
+/// log's) with every witness line ATL_COSIGNATURES holds for it appended. A deployment without
+/// ATL_COSIGNATURES (made before witnesses) has none: `note` comes back unchanged.
+pub async fn cosigned_note(
+    js: &jetstream::Context,
+    checkpoint_subject: &str,
+    note: &str,
+    size: u64,
+) -> Result<String> {
     match js.get_stream(COSIGNATURES).await {
         Ok(_) => {}
         Err(error)
@@ -33,7 +38,7 @@ pub async fn cosigned_note(js: &jetstream::Context, note: &str, size: u64) -> Re
         }
         Err(error) => return Err(Error::stream(COSIGNATURES, "opening", error)),
     }
-    let spec = ReadSpec::to_tail(1).subjects(format!("atl.cosignatures.{size}.*"));
+    let spec = ReadSpec::to_tail(1).subjects(cosignatures_of(checkpoint_subject, size));
     let mut reader = OrderedReader::open(js, COSIGNATURES, spec).await?;
     let mut seen = Vec::new();
     let mut cosigned = note.to_owned();

@@ -56,14 +56,52 @@ pub const CHECKPOINTS_SUBJECT: &str = "atl.checkpoints";
 /// each checkpoint as soon as it is signed, so the cosignatures, which come later (and some much
 /// later, from a witness that was down), are kept here, one message per witness and checkpoint.
 pub const COSIGNATURES: &str = "ATL_COSIGNATURES";
-/// Subjects of [`COSIGNATURES`]: `atl.cosignatures.<checkpoint size>.<witness key id, 8 hex digits>`.
+/// Subjects of [`COSIGNATURES`]: `atl.cosignatures[.<log>].<checkpoint size>.<witness key id, 8 hex
+/// digits>`, the log named as its checkpoints' subject names it (see [`cosignatures_prefix`]).
 pub const COSIGNATURES_SUBJECTS: &str = "atl.cosignatures.>";
 
-/// The subject of one witness's cosignature of the checkpoint of `size`. Readers select a
-/// checkpoint's cosignatures with `atl.cosignatures.<size>.*` and a witness's latest with
-/// `atl.cosignatures.*.<key id>`.
-pub fn cosignature_subject(size: u64, witness_key_id: u32) -> String {
-    format!("atl.cosignatures.{size}.{witness_key_id:08x}")
+/// Where the cosignatures of the checkpoints signed on `checkpoint_subject` go: p0's
+/// `atl.checkpoints` gives `atl.cosignatures`, a partition's `atl.checkpoints.<K>` and the
+/// directory's `atl.checkpoints.directory` give `atl.cosignatures.<K>` and
+/// `atl.cosignatures.directory`. Each log's cosignatures have their own subjects, a token longer
+/// than p0's, so p0's filters (`atl.cosignatures.<size>.*`) never match another log's.
+pub fn cosignatures_prefix(checkpoint_subject: &str) -> String {
+    let log = checkpoint_subject
+        .strip_prefix(CHECKPOINTS_SUBJECT)
+        .unwrap_or(checkpoint_subject);
+    format!("atl.cosignatures{log}")
+}
+
+/// The subject of one witness's cosignature of the checkpoint of `size` signed on
+/// `checkpoint_subject`.
+pub fn cosignature_subject(checkpoint_subject: &str, size: u64, witness_key_id: u32) -> String {
+    format!(
+        "{}.{size}.{witness_key_id:08x}",
+        cosignatures_prefix(checkpoint_subject)
+    )
+}
+
+/// The filter of every cosignature of that log's checkpoint of `size`.
+pub fn cosignatures_of(checkpoint_subject: &str, size: u64) -> String {
+    format!("{}.{size}.*", cosignatures_prefix(checkpoint_subject))
+}
+
+/// The filter of every cosignature of that log by one witness (its latest is the last message).
+pub fn cosignatures_by(checkpoint_subject: &str, witness_key_id: u32) -> String {
+    format!(
+        "{}.*.{witness_key_id:08x}",
+        cosignatures_prefix(checkpoint_subject)
+    )
+}
+
+/// The checkpoint size a cosignature subject of that log names.
+pub fn cosigned_size(checkpoint_subject: &str, subject: &str) -> Option<u64> {
+    let rest = subject.strip_prefix(&cosignatures_prefix(checkpoint_subject))?;
+    let (size, key_id) = rest.strip_prefix('.')?.split_once('.')?;
+    if key_id.contains('.') {
+        return None;
+    }
+    size.parse().ok()
 }
 
 /// Rejected messages with their reasons.
@@ -270,7 +308,7 @@ pub fn checkpoints_config(settings: &ContractSettings) -> stream::Config {
 pub fn cosignatures_config(settings: &ContractSettings) -> stream::Config {
     immutable_config(
         COSIGNATURES,
-        "toolledger witness cosignatures of the checkpoints: atl.cosignatures.<size>.<witness key id>",
+        "toolledger witness cosignatures of the checkpoints: atl.cosignatures[.<log>].<size>.<witness key id>",
         COSIGNATURES_SUBJECTS,
         settings.replicas,
     )
@@ -1086,7 +1124,42 @@ mod tests {
         let cosignatures = cosignatures_config(&settings);
         assert_eq!(cosignatures.subjects, ["atl.cosignatures.>"]);
         assert!(cosignatures.deny_delete && cosignatures.deny_purge);
-        assert_eq!(cosignature_subject(42, 0xab), "atl.cosignatures.42.000000ab");
+        assert_eq!(
+            cosignature_subject("atl.checkpoints", 42, 0xab),
+            "atl.cosignatures.42.000000ab"
+        );
+        assert_eq!(
+            cosignature_subject("atl.checkpoints.3", 42, 0xab),
+            "atl.cosignatures.3.42.000000ab"
+        );
+        assert_eq!(
+            cosignature_subject("atl.checkpoints.directory", 42, 0xab),
+            "atl.cosignatures.directory.42.000000ab"
+        );
+        assert_eq!(
+            cosignatures_of("atl.checkpoints.3", 42),
+            "atl.cosignatures.3.42.*"
+        );
+        assert_eq!(
+            cosignatures_by("atl.checkpoints", 0xab),
+            "atl.cosignatures.*.000000ab"
+        );
+        assert_eq!(
+            cosigned_size("atl.checkpoints", "atl.cosignatures.42.000000ab"),
+            Some(42)
+        );
+        assert_eq!(
+            cosigned_size("atl.checkpoints.3", "atl.cosignatures.3.42.000000ab"),
+            Some(42)
+        );
+        assert_eq!(
+            cosigned_size("atl.checkpoints.3", "atl.cosignatures.42.000000ab"),
+            None
+        );
+        assert_eq!(
+            cosigned_size("atl.checkpoints", "atl.cosignatures.3.42.000000ab"),
+            None
+        );
         let quarantine = quarantine_config(&settings);
         assert_eq!(quarantine.max_age, Duration::from_secs(30 * 86_400));
         assert_eq!(quarantine.subjects, ["atl.quarantine.>"]);

@@ -423,12 +423,9 @@ async fn bundle(
             seqs,
             since_checkpoint,
             blobs,
-            // Witnesses cosign p0 only for now (docs/scaling.md): other partitions' bundles carry
-            // their own signed checkpoint without cosignatures.
-            witness_policy: ledger
-                .witness_policy
-                .clone()
-                .filter(|_| partition == Partition::ZERO),
+            // Every partition is witnessed (each under its own origin): the policy applies to the
+            // bundle's checkpoint, whichever partition's it is.
+            witness_policy: ledger.witness_policy.clone(),
             directory: match (with_directory, &ledger.directory) {
                 (false, _) => None,
                 (true, Some(directory)) => Some(directory.clone()),

@@ -180,16 +180,8 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         seqs,
         since_checkpoint,
         blobs,
-        // Witnesses cosign p0 only for now (docs/scaling.md): a configured policy is p0's; one asked
-        // for on the command line for another partition cannot be met, and is refused.
-        witness_policy: match (args.witnesses.policy(Some(&config))?, partition) {
-            (policy, Partition::ZERO) => policy,
-            (_, _) if !args.witnesses.witnesses.is_empty() => anyhow::bail!(
-                "--witness: only partition p0 is witnessed yet; {partition}'s checkpoints carry no \
-                 cosignatures (docs/scaling.md)"
-            ),
-            (_, _) => None,
-        },
+        // Every partition is witnessed, each under its own origin (docs/witnesses.md).
+        witness_policy: args.witnesses.policy(Some(&config))?,
         directory,
     };
     let built = build_bundle(&js, &source, &request).await?;

@@ -18,7 +18,7 @@ use chrono::Utc;
 use serde::Serialize;
 use toolledger_core::config::Config;
 use toolledger_wire::partition::{Partition, Partitions};
-use toolledger_wire::streams::{self, CHECKPOINTS, CHECKPOINTS_SUBJECT, INBOUND, QUARANTINE};
+use toolledger_wire::streams::{self, CHECKPOINTS, INBOUND, QUARANTINE};
 
 use super::init::nats_url;
 
@@ -143,7 +143,15 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             ledger_last[usize::from(partition.index())] = last;
         }
         if !config.ledger.witnesses.is_empty() {
-            checks.push(witnesses(&js, &config, Duration::from_secs(args.witness_lag_secs)).await);
+            checks.push(
+                witnesses(
+                    &js,
+                    &config,
+                    partitions,
+                    Duration::from_secs(args.witness_lag_secs),
+                )
+                .await,
+            );
         }
         checks.push(quarantine_rate(&js).await);
     }
@@ -332,72 +340,53 @@ async fn checkpoint_age(
     }
 }
 
-/// Whether the configured witnesses keep up: a witness is behind when newer checkpoints than its
-/// latest cosignature exist and it has not cosigned for `lag` (ingest asks every second). Fewer
-/// than the quorum keeping up fails.
-async fn witnesses(js: &jetstream::Context, config: &Config, lag: Duration) -> Check {
+/// Whether the configured witnesses keep up with every log (each partition's and, with several, the
+/// directory's): a witness is behind on a log when newer checkpoints than its latest cosignature
+/// there exist and it has not cosigned for `lag` (ingest asks every second). Fewer than the quorum
+/// keeping up with any log fails.
+async fn witnesses(js: &jetstream::Context, config: &Config, partitions: Partitions, lag: Duration) -> Check {
     const NAME: &str = "witnesses";
-    let action = "check that each witness runs and is reachable from ingest, and ingest's log \
-                  (\"witness did not cosign\"); see docs/witnesses.md";
-    // p0's checkpoints, the only ones witnessed: the stream holds other logs' too.
-    let latest = match toolledger_ledger::last_stored_message(js, CHECKPOINTS, CHECKPOINTS_SUBJECT).await {
-        Ok(Some(message)) => message,
-        Ok(None) => return check(NAME, Status::Ok, "no checkpoint signed yet", None),
-        Err(error) => return check(NAME, Status::Fail, error.to_string(), None),
-    };
-    let size = checkpoint_size(&latest.payload);
-    let now = Utc::now();
-    let quorum = config.ledger.witness_quorum();
-    let mut keeping_up = 0;
-    let mut behind = Vec::new();
-    for witness in &config.ledger.witnesses {
-        let key = match toolledger_merkle::CosignatureVerifier::parse(&witness.key) {
-            Ok(key) => key,
-            Err(error) => {
-                behind.push(format!("{} (bad key: {error})", witness.url));
-                continue;
-            }
-        };
-        let subjects = format!("atl.cosignatures.*.{:08x}", key.key_id());
-        let last = match toolledger_ledger::last_stored_message(js, streams::COSIGNATURES, &subjects).await {
-            Ok(last) => last,
-            Err(error) => {
-                return check(
-                    NAME,
-                    Status::Fail,
-                    error.to_string(),
-                    Some("run `toolledger init`"),
-                );
-            }
-        };
-        let cosigned = last.as_ref().map_or(0, |m| checkpoint_size(&m.payload));
-        // How long the oldest checkpoint it has not cosigned has waited (sizes grow with the
-        // checkpoint stream's sequence, so it is found by bisection).
-        let waiting = if cosigned >= size {
-            Duration::ZERO
-        } else {
-            match first_signed_after(js, latest.seq, cosigned).await {
-                Ok(Some(since)) => now.signed_duration_since(since).to_std().unwrap_or_default(),
-                Ok(None) => Duration::ZERO,
-                Err(error) => return check(NAME, Status::Fail, error.to_string(), None),
-            }
-        };
-        if cosigned >= size || waiting < lag {
-            keeping_up += 1;
-        } else {
-            behind.push(format!(
-                "{} at size {cosigned} for {}s",
-                key.name(),
-                waiting.as_secs()
-            ));
-        }
+    let action = "check that each witness runs, lists every log's origin and is reachable from ingest, \
+                  and ingest's log (\"witness did not cosign\"); see docs/witnesses.md";
+    let mut logs: Vec<(String, String)> = partitions
+        .all()
+        .map(|partition| (partition.to_string(), partition.checkpoint_subject()))
+        .collect();
+    if partitions.count() > 1 {
+        logs.push((
+            "directory".to_owned(),
+            toolledger_wire::directory::CHECKPOINT_SUBJECT.to_owned(),
+        ));
     }
+    let quorum = config.ledger.witness_quorum();
     let n = config.ledger.witnesses.len();
-    let mut detail = format!("{keeping_up} of {n} keep up with checkpoint {size} (quorum {quorum})");
+    let (mut details, mut behind, mut short) = (Vec::new(), Vec::new(), false);
+    for (log, subject) in &logs {
+        let standing = match witnessed_log(js, config, subject, lag).await {
+            Ok(standing) => standing,
+            Err(failed) => return failed,
+        };
+        // A single log keeps the plain detail; several name theirs.
+        let (prefix, suffix) = match logs.len() {
+            1 => (String::new(), String::new()),
+            _ => (format!("{log}: "), format!(" of {log}")),
+        };
+        let Some(standing) = standing else {
+            details.push(format!("{prefix}no checkpoint signed yet"));
+            continue;
+        };
+        short |= standing.keeping_up < quorum;
+        details.push(format!(
+            "{prefix}{} of {n} keep up with checkpoint {} (quorum {quorum})",
+            standing.keeping_up, standing.size
+        ));
+        behind.extend(standing.behind.into_iter().map(|b| format!("{b}{suffix}")));
+    }
+    let mut detail = details.join("; ");
     if !behind.is_empty() {
         detail.push_str(&format!("; behind: {}", behind.join(", ")));
     }
-    let status = if keeping_up < quorum {
+    let status = if short {
         Status::Fail
     } else if behind.is_empty() {
         Status::Ok
@@ -407,38 +396,116 @@ async fn witnesses(js: &jetstream::Context, config: &Config, lag: Duration) -> C
     check(NAME, status, detail, (status != Status::Ok).then_some(action))
 }
 
-/// When the first checkpoint of p0 larger than `size` was signed, looking at ATL_CHECKPOINTS up to
-/// `last_seq`; `None` when none is larger. Other logs' checkpoints share the stream, but p0's sizes
-/// grow with the stream's sequence, and so does the size of p0's first checkpoint at or after any
-/// sequence: a bisection over that finds it in a few dozen reads.
+/// Where the witnesses stand on one log.
+struct Standing {
+    /// Its newest checkpoint's size.
+    size: u64,
+    keeping_up: usize,
+    /// `<witness> at size <S> for <N>s` for each one behind.
+    behind: Vec<String>,
+}
+
+/// The witnesses' standing on the log whose checkpoints are on `checkpoint_subject`; `None` before
+/// its first checkpoint; the failed check when ATL_CHECKPOINTS or ATL_COSIGNATURES cannot be read.
+async fn witnessed_log(
+    js: &jetstream::Context,
+    config: &Config,
+    checkpoint_subject: &str,
+    lag: Duration,
+) -> Result<Option<Standing>, Check> {
+    const NAME: &str = "witnesses";
+    // The log's own subject: the stream holds other logs' checkpoints too.
+    let latest = match toolledger_ledger::last_stored_message(js, CHECKPOINTS, checkpoint_subject).await {
+        Ok(Some(message)) => message,
+        Ok(None) => return Ok(None),
+        Err(error) => return Err(check(NAME, Status::Fail, error.to_string(), None)),
+    };
+    let size = checkpoint_size(&latest.payload);
+    let now = Utc::now();
+    let mut standing = Standing {
+        size,
+        keeping_up: 0,
+        behind: Vec::new(),
+    };
+    for witness in &config.ledger.witnesses {
+        let key = match toolledger_merkle::CosignatureVerifier::parse(&witness.key) {
+            Ok(key) => key,
+            Err(error) => {
+                standing
+                    .behind
+                    .push(format!("{} (bad key: {error})", witness.url));
+                continue;
+            }
+        };
+        let subjects = streams::cosignatures_by(checkpoint_subject, key.key_id());
+        let last = toolledger_ledger::last_stored_message(js, streams::COSIGNATURES, &subjects)
+            .await
+            .map_err(|error| {
+                check(
+                    NAME,
+                    Status::Fail,
+                    error.to_string(),
+                    Some("run `toolledger init`"),
+                )
+            })?;
+        let cosigned = last.as_ref().map_or(0, |m| checkpoint_size(&m.payload));
+        // How long the oldest checkpoint it has not cosigned has waited (sizes grow with the
+        // checkpoint stream's sequence, so it is found by bisection).
+        let waiting = if cosigned >= size {
+            Duration::ZERO
+        } else {
+            match first_signed_after(js, checkpoint_subject, latest.seq, cosigned).await {
+                Ok(Some(since)) => now.signed_duration_since(since).to_std().unwrap_or_default(),
+                Ok(None) => Duration::ZERO,
+                Err(error) => return Err(check(NAME, Status::Fail, error.to_string(), None)),
+            }
+        };
+        if cosigned >= size || waiting < lag {
+            standing.keeping_up += 1;
+        } else {
+            standing.behind.push(format!(
+                "{} at size {cosigned} for {}s",
+                key.name(),
+                waiting.as_secs()
+            ));
+        }
+    }
+    Ok(Some(standing))
+}
+
+/// When the log's first checkpoint larger than `size` was signed, looking at ATL_CHECKPOINTS on its
+/// `checkpoint_subject` up to `last_seq`; `None` when none is larger. Other logs' checkpoints share
+/// the stream, but a log's sizes grow with the stream's sequence, and so does the size of its first
+/// checkpoint at or after any sequence: a bisection over that finds it in a few dozen reads.
 async fn first_signed_after(
     js: &jetstream::Context,
+    checkpoint_subject: &str,
     last_seq: u64,
     size: u64,
 ) -> anyhow::Result<Option<chrono::DateTime<Utc>>> {
-    let next_of_p0 = |seq: u64| async move {
-        anyhow::Ok(toolledger_ledger::next_stored_message(js, CHECKPOINTS, CHECKPOINTS_SUBJECT, seq).await?)
+    let next_of_log = |seq: u64| async move {
+        anyhow::Ok(toolledger_ledger::next_stored_message(js, CHECKPOINTS, checkpoint_subject, seq).await?)
     };
     let larger = |message: &Option<toolledger_ledger::StoredMessage>| {
         message
             .as_ref()
             .is_some_and(|m| m.seq <= last_seq && checkpoint_size(&m.payload) > size)
     };
-    // The smallest sequence whose next p0 checkpoint is larger than `size`.
-    // `last_seq` is p0's newest checkpoint: when it is not larger, none is.
-    if !larger(&next_of_p0(last_seq).await?) {
+    // The smallest sequence whose next checkpoint of the log is larger than `size`.
+    // `last_seq` is the log's newest checkpoint: when it is not larger, none is.
+    if !larger(&next_of_log(last_seq).await?) {
         return Ok(None);
     }
     let (mut low, mut high) = (1, last_seq);
     while low < high {
         let mid = low + (high - low) / 2;
-        if larger(&next_of_p0(mid).await?) {
+        if larger(&next_of_log(mid).await?) {
             high = mid;
         } else {
             low = mid + 1;
         }
     }
-    Ok(next_of_p0(low).await?.map(|m| m.time))
+    Ok(next_of_log(low).await?.map(|m| m.time))
 }
 
 /// The size line of a checkpoint note (0 when it has none).

@@ -208,8 +208,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
             },
             blobs: blobs.clone(),
             from_checkpoint: from_checkpoint.clone(),
-            // Witnesses cosign p0 only for now (docs/scaling.md).
-            witness_policy: witness_policy.clone().filter(|_| target.witnessed),
+            witness_policy: witness_policy.clone(),
             checkpoint_subject: target.checkpoint_subject.clone(),
             placement: target.placement.clone(),
             ..VerifyOptions::default()
@@ -246,7 +245,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let whole = config.ledger.partitions > 1 && args.stream.is_none() && args.partition.is_none();
     let directory = if whole {
         let checked: Vec<u64> = reports.iter().map(|(_, report)| report.signed_size).collect();
-        Some(verify_directory(&config, &args, &js, &verifiers, &checked).await?)
+        Some(verify_directory(&config, &args, &js, &verifiers, witness_policy, &checked).await?)
     } else {
         None
     };
@@ -314,6 +313,7 @@ async fn verify_directory(
     args: &Args,
     js: &async_nats::jetstream::Context,
     verifiers: &toolledger_merkle::Verifiers,
+    witness_policy: Option<WitnessPolicy>,
     checked_sizes: &[u64],
 ) -> anyhow::Result<toolledger_verify::Report> {
     use toolledger_wire::directory;
@@ -338,6 +338,7 @@ async fn verify_directory(
         },
         checkpoint_subject: Some(directory::CHECKPOINT_SUBJECT.to_owned()),
         check_entries: false,
+        witness_policy,
         ..VerifyOptions::default()
     };
     let mut progress = ProgressReport::new();
@@ -387,8 +388,6 @@ struct Target {
     /// `--tiles`, or the partition's under it (or under the configured ones); `None`: the
     /// configured ones.
     tiles: Option<String>,
-    /// Whether witnesses cosign its checkpoints.
-    witnessed: bool,
     /// Which partition of several it is: its entries' tenants and, for p0, the recorded rule.
     placement: Option<Placement>,
 }
@@ -412,7 +411,6 @@ fn targets(config: &Config, args: &Args) -> anyhow::Result<Vec<Target>> {
             origin: partition.origin(&config.ledger.origin),
             tiles: (args.tiles.is_some() || partition != Partition::ZERO)
                 .then(|| partition.tiles(&base_tiles)),
-            witnessed: partition == Partition::ZERO,
             // A partition of several (not a `--stream` copy, which may be anything's).
             placement: (args.stream.is_none() && partitions.count() > 1).then(|| Placement {
                 partitions,
