@@ -64,12 +64,14 @@ pub const COSIGNATURES_SUBJECTS: &str = "atl.cosignatures.>";
 /// `atl.checkpoints` gives `atl.cosignatures`, a partition's `atl.checkpoints.<K>` and the
 /// directory's `atl.checkpoints.directory` give `atl.cosignatures.<K>` and
 /// `atl.cosignatures.directory`. Each log's cosignatures have their own subjects, a token longer
-/// than p0's, so p0's filters (`atl.cosignatures.<size>.*`) never match another log's.
+/// than p0's, so p0's filters (`atl.cosignatures.<size>.*`) never match another log's. A subject
+/// outside `atl.checkpoints[.<log>]` (a copy's, `verify --checkpoints`) is taken as p0's, as every
+/// checkpoint was before logs were named.
 pub fn cosignatures_prefix(checkpoint_subject: &str) -> String {
-    let log = checkpoint_subject
-        .strip_prefix(CHECKPOINTS_SUBJECT)
-        .unwrap_or(checkpoint_subject);
-    format!("atl.cosignatures{log}")
+    match checkpoint_subject.strip_prefix(CHECKPOINTS_SUBJECT) {
+        Some(log) if log.is_empty() || log.starts_with('.') => format!("atl.cosignatures{log}"),
+        _ => "atl.cosignatures".to_owned(),
+    }
 }
 
 /// The subject of one witness's cosignature of the checkpoint of `size` signed on
@@ -1160,6 +1162,8 @@ mod tests {
             cosigned_size("atl.checkpoints", "atl.cosignatures.3.42.000000ab"),
             None
         );
+        assert_eq!(cosignatures_prefix("atl.checkpointsX"), "atl.cosignatures");
+        assert_eq!(cosignatures_prefix("copy.checkpoints"), "atl.cosignatures");
         let quarantine = quarantine_config(&settings);
         assert_eq!(quarantine.max_age, Duration::from_secs(30 * 86_400));
         assert_eq!(quarantine.subjects, ["atl.quarantine.>"]);
