@@ -1349,9 +1349,8 @@ fn check_entry(
                     Ok(None)
                 }
             }
-            // Not canonical, or the outline refused (it reads less than the parse, but serde has
-            // limits of its own, such as nesting): the entry is unreadable only if the parse says
-            // so too.
+            // Not canonical, or the outline refused: the entry is unreadable only if the parse
+            // says so too (the parse is the judge of what an entry is; the scan only reads less).
             Err(error) => {
                 if is_not_canonical(&error) {
                     findings.push(Finding::EntryNotCanonical { seq });

@@ -259,35 +259,55 @@ impl LedgerEntry {
     }
 
     /// Proves `bytes` are the RFC 8785 form of a ledger entry and reads what a verifier needs of it
-    /// (its class, tenant and metadata) without building the event: a validating scan, then the few
-    /// members borrowed from the bytes. It fails where [`Self::parse_canonical`] does on form (the
-    /// same error) and on the entry's outline: `event` and `ledger` present, the event's
+    /// (its class, tenant and metadata) without building the event: a validating scan that keeps the
+    /// entry's outline as it goes (`ijson::EntryOutline`), then serde over the `ledger` member's
+    /// bytes only. It fails where [`Self::parse_canonical`] does on form (the same error) and on the
+    /// entry's outline: the entry and its `event` objects, `event` and `ledger` present, the event's
     /// `specversion` `1.0` and its `id`, `source` and `type` non-empty strings, `ledger` the metadata.
     /// It reads less than the typed parse: an entry whose outline holds may still carry an attribute
-    /// the typed event refuses (a bad `time`, `data_base64`), and serde's nesting limit can refuse
-    /// metadata nested deeper than 127 levels that the parse takes; a caller that must agree with
-    /// the parse falls back to it when this fails for anything but form.
+    /// the typed event refuses (a bad `time`, `data_base64`); a caller that must agree with the parse
+    /// falls back to it when this fails for anything but form.
     pub fn scan_canonical(bytes: &[u8]) -> Result<ScannedEntry<'_>> {
-        ijson::scan_checked_canonical(bytes)?;
-        let outline: Outline<'_> =
-            serde_json::from_slice(bytes).map_err(|e| Error::bad_envelope("body", e.to_string()))?;
-        let event = outline
-            .event
-            .ok_or_else(|| Error::bad_envelope("event", "missing"))?;
-        let ledger = outline
-            .ledger
-            .ok_or_else(|| Error::bad_envelope("ledger", "missing"))?;
-        if event.specversion.as_deref() != Some(crate::event::SPEC_VERSION) {
+        let outline = ijson::scan_checked_canonical_entry(bytes)?;
+        // Canonical bytes have no whitespace, so a value's first byte says what it is. Types that
+        // are not what the outline expects are `body` errors, as when serde read the outline.
+        if bytes.first() != Some(&b'{') {
+            return Err(Error::bad_envelope("body", "a ledger entry is a JSON object"));
+        }
+        let has_event = match outline.event {
+            None | Some(b"null") => false,
+            Some(event) if event.starts_with(b"{") => true,
+            Some(_) => return Err(Error::bad_envelope("body", "`event` must be a JSON object")),
+        };
+        let [specversion, id, source, ty, tenant] = outline.attributes;
+        let specversion = attribute_text("specversion", specversion)?;
+        let id = attribute_text("id", id)?;
+        let source = attribute_text("source", source)?;
+        let ty = attribute_text("type", ty)?;
+        let ledger = match outline.ledger {
+            Some(ledger) => serde_json::from_slice::<Option<LedgerMetadata>>(ledger)
+                .map_err(|e| Error::bad_envelope("body", format!("ledger: {e}")))?,
+            None => None,
+        };
+        if !has_event {
+            return Err(Error::bad_envelope("event", "missing"));
+        }
+        let ledger = ledger.ok_or_else(|| Error::bad_envelope("ledger", "missing"))?;
+        if specversion.as_deref() != Some(crate::event::SPEC_VERSION) {
             return Err(Error::bad_envelope("specversion", "must be \"1.0\""));
         }
-        for (name, value) in [("id", &event.id), ("source", &event.source), ("type", &event.ty)] {
+        for (name, value) in [("id", &id), ("source", &source), ("type", &ty)] {
             if value.as_deref().is_none_or(str::is_empty) {
                 return Err(Error::bad_envelope(name, "missing"));
             }
         }
         Ok(ScannedEntry {
-            ty: event.ty.unwrap_or_default(),
-            tenant: event.tenant,
+            ty: ty.unwrap_or_default(),
+            // Another type than a string is no tenant (the typed event would hold it as an extension).
+            tenant: match tenant {
+                Some(ijson::Member::Text(tenant)) => Some(tenant),
+                _ => None,
+            },
             ledger,
         })
     }
@@ -320,80 +340,17 @@ pub struct ScannedEntry<'a> {
     pub ledger: LedgerMetadata,
 }
 
-/// An entry's outline, as [`LedgerEntry::scan_canonical`] deserializes it: every member optional,
-/// so that what is missing is named in the entry's own order.
-#[derive(Deserialize)]
-struct Outline<'a> {
-    #[serde(borrow, default)]
-    event: Option<EventOutline<'a>>,
-    #[serde(default)]
-    ledger: Option<LedgerMetadata>,
-}
-
-#[derive(Deserialize)]
-struct EventOutline<'a> {
-    #[serde(borrow, default)]
-    specversion: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    source: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "type")]
-    ty: Option<Cow<'a, str>>,
-    /// Another type than a string is no tenant (the typed event would hold it as an extension).
-    #[serde(borrow, default, deserialize_with = "string_or_none")]
-    tenant: Option<Cow<'a, str>>,
-}
-
-fn string_or_none<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> std::result::Result<Option<Cow<'de, str>>, D::Error> {
-    struct StringOrNone;
-    impl<'de> serde::de::Visitor<'de> for StringOrNone {
-        type Value = Option<Cow<'de, str>>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("any JSON value")
-        }
-        fn visit_borrowed_str<E>(self, text: &'de str) -> std::result::Result<Self::Value, E> {
-            Ok(Some(Cow::Borrowed(text)))
-        }
-        fn visit_str<E>(self, text: &str) -> std::result::Result<Self::Value, E> {
-            Ok(Some(Cow::Owned(text.to_owned())))
-        }
-        fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_i64<E>(self, _: i64) -> std::result::Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_u64<E>(self, _: u64) -> std::result::Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_f64<E>(self, _: f64) -> std::result::Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(
-            self,
-            mut seq: A,
-        ) -> std::result::Result<Self::Value, A::Error> {
-            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-            Ok(None)
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut map: A,
-        ) -> std::result::Result<Self::Value, A::Error> {
-            while map
-                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                .is_some()
-            {}
-            Ok(None)
-        }
+/// An event attribute of a scanned entry's outline that must be a string: `None` when absent or
+/// `null`, refused when of another type.
+fn attribute_text<'a>(name: &str, member: Option<ijson::Member<'a>>) -> Result<Option<Cow<'a, str>>> {
+    match member {
+        Some(ijson::Member::Text(text)) => Ok(Some(text)),
+        Some(ijson::Member::Other(b"null")) | None => Ok(None),
+        Some(ijson::Member::Other(_)) => Err(Error::bad_envelope(
+            "body",
+            format!("the event's `{name}` must be a string"),
+        )),
     }
-    deserializer.deserialize_any(StringOrNone)
 }
 
 /// `,"ledger":` and the metadata's canonical bytes, and the closing brace: RFC 8785 sorts `event`

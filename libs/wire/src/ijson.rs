@@ -19,6 +19,8 @@
 //! exactly what RFC 8785 writes for the value it parses to (no whitespace, members in UTF-16 order,
 //! the shortest escapes, numbers in their ECMAScript form). It is how a stored ledger entry is proved
 //! canonical: one validating scan, used by `LedgerEntry::parse_canonical` and by `verify`.
+//! `LedgerEntry::scan_canonical` runs the scan that builds nothing, keeping the entry's outline as it
+//! goes (`EntryOutline`) so that reading the entry takes no second pass.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -180,27 +182,57 @@ pub fn scan_checked_canonical(bytes: &[u8]) -> Result<(), JsonError> {
     parse_with(bytes, true, true, false).map(drop)
 }
 
+/// [`scan_checked_canonical`] of a ledger entry, keeping its outline on the way: the same bytes
+/// pass or fail with the same error.
+pub(crate) fn scan_checked_canonical_entry(bytes: &[u8]) -> Result<EntryOutline<'_>, JsonError> {
+    let mut parser = Parser::new(bytes, true, true, false);
+    parser.outline = Some(EntryOutline::default());
+    parser.document()?;
+    Ok(parser.outline.unwrap_or_default())
+}
+
 fn parse_with(
     bytes: &[u8],
     big_integers_are_doubles: bool,
     canonical: bool,
     build: bool,
 ) -> Result<Value, JsonError> {
-    let mut parser = Parser {
-        bytes,
-        pos: 0,
-        path: Vec::new(),
-        big_integers_are_doubles,
-        canonical,
-        build,
-    };
-    parser.skip_ws_checked()?;
-    let value = parser.value(0)?;
-    parser.skip_ws_checked()?;
-    if parser.pos != bytes.len() {
-        return Err(parser.syntax("trailing characters after the value"));
-    }
-    Ok(value)
+    Parser::new(bytes, big_integers_are_doubles, canonical, build).document()
+}
+
+/// The event attributes an [`EntryOutline`] keeps, in the order of its `attributes`.
+pub(crate) const OUTLINE_ATTRIBUTES: [&str; 5] = ["specversion", "id", "source", "type", "tenant"];
+
+/// What a scan keeps of a ledger entry (`{"event":{…},"ledger":{…}}`) for
+/// `LedgerEntry::scan_canonical`: the values of the top-level `event` and `ledger` members, and of
+/// the [`OUTLINE_ATTRIBUTES`] among the members of that `event`. Members of the same names anywhere
+/// else (inside `data`, inside `ledger`) are not the entry's and are not kept.
+#[derive(Debug, Default)]
+pub(crate) struct EntryOutline<'a> {
+    /// The bytes of the top-level `event` member's value.
+    pub(crate) event: Option<&'a [u8]>,
+    /// The bytes of the top-level `ledger` member's value.
+    pub(crate) ledger: Option<&'a [u8]>,
+    /// The event's `specversion`, `id`, `source`, `type` and `tenant`, where it has them.
+    pub(crate) attributes: [Option<Member<'a>>; 5],
+}
+
+/// A member's value as an [`EntryOutline`] keeps it.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Member<'a> {
+    /// A string, borrowed from the bytes unless it has escapes.
+    Text(Cow<'a, str>),
+    /// Any other value, as its bytes.
+    Other(&'a [u8]),
+}
+
+/// Where in the [`EntryOutline`] a member's value goes.
+#[derive(Clone, Copy)]
+enum OutlineSlot {
+    Event,
+    Ledger,
+    /// The index into [`OUTLINE_ATTRIBUTES`].
+    Attribute(usize),
 }
 
 /// One step of a JSON Pointer.
@@ -247,9 +279,34 @@ struct Parser<'a> {
     canonical: bool,
     /// Build the value; a scan (false) checks every value and builds none.
     build: bool,
+    /// Where a scan of a ledger entry keeps the entry's outline; `None` for every other parse.
+    outline: Option<EntryOutline<'a>>,
 }
 
 impl<'a> Parser<'a> {
+    fn new(bytes: &'a [u8], big_integers_are_doubles: bool, canonical: bool, build: bool) -> Self {
+        Parser {
+            bytes,
+            pos: 0,
+            path: Vec::new(),
+            big_integers_are_doubles,
+            canonical,
+            build,
+            outline: None,
+        }
+    }
+
+    /// The whole text: one value, whitespace around it when allowed, nothing after it.
+    fn document(&mut self) -> Result<Value, JsonError> {
+        self.skip_ws_checked()?;
+        let value = self.value(0)?;
+        self.skip_ws_checked()?;
+        if self.pos != self.bytes.len() {
+            return Err(self.syntax("trailing characters after the value"));
+        }
+        Ok(value)
+    }
+
     fn fail(&self, problem: JsonProblem) -> JsonError {
         JsonError {
             problem,
@@ -357,7 +414,7 @@ impl<'a> Parser<'a> {
                 return Err(error);
             }
             self.path.push(Segment::Key(key));
-            let value = self.value(depth)?;
+            let value = self.member_value(depth)?;
             let key = match self.path.pop() {
                 Some(Segment::Key(key)) => key,
                 // The key pushed above comes back; refuse rather than panic should that ever change.
@@ -375,6 +432,49 @@ impl<'a> Parser<'a> {
                 }
                 _ => return Err(self.syntax("expected `,` or `}`")),
             }
+        }
+    }
+
+    /// The value of the member the path ends in, kept in the outline when it is one the outline wants.
+    fn member_value(&mut self, depth: usize) -> Result<Value, JsonError> {
+        let Some(slot) = self.outline_slot() else {
+            return self.value(depth);
+        };
+        let start = self.pos;
+        if let OutlineSlot::Attribute(index) = slot
+            && self.peek() == Some(b'"')
+        {
+            let text = self.string()?;
+            if let Some(outline) = &mut self.outline {
+                outline.attributes[index] = Some(Member::Text(text));
+            }
+            // Only a scan keeps an outline, and a scan builds no value.
+            return Ok(Value::Null);
+        }
+        let value = self.value(depth)?;
+        let bytes = &self.bytes[start..self.pos];
+        if let Some(outline) = &mut self.outline {
+            match slot {
+                OutlineSlot::Event => outline.event = Some(bytes),
+                OutlineSlot::Ledger => outline.ledger = Some(bytes),
+                OutlineSlot::Attribute(index) => outline.attributes[index] = Some(Member::Other(bytes)),
+            }
+        }
+        Ok(value)
+    }
+
+    /// Where the member the path ends in goes in the outline: a top-level `event` or `ledger`, or an
+    /// attribute of that `event`. `None` when no outline is kept.
+    fn outline_slot(&self) -> Option<OutlineSlot> {
+        self.outline.as_ref()?;
+        match self.path.as_slice() {
+            [Segment::Key(name)] if name == "event" => Some(OutlineSlot::Event),
+            [Segment::Key(name)] if name == "ledger" => Some(OutlineSlot::Ledger),
+            [Segment::Key(event), Segment::Key(name)] if event == "event" => OUTLINE_ATTRIBUTES
+                .iter()
+                .position(|attribute| *attribute == name.as_ref())
+                .map(OutlineSlot::Attribute),
+            _ => None,
         }
     }
 
@@ -730,7 +830,35 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(text)
             );
+            assert_eq!(
+                scan_checked_canonical_entry(text).map(drop),
+                parsed,
+                "{}",
+                String::from_utf8_lossy(text)
+            );
         }
+    }
+
+    #[test]
+    fn an_entry_scan_keeps_the_top_level_members_and_the_event_attributes_only() {
+        let text = concat!(
+            r#"{"a":{"event":{"id":"no"}},"event":{"data":{"id":"no","ledger":1,"type":"no"},"#,
+            r#""event":{"source":"no"},"id":"a\n\"b","specversion":"1.0","tenant":7,"type":"t"},"#,
+            r#""ledger":[{"event":{"id":"no"}}],"z":{"ledger":2}}"#
+        );
+        let outline = scan_checked_canonical_entry(text.as_bytes()).unwrap();
+        let event = outline.event.unwrap();
+        assert!(event.starts_with(br#"{"data":"#) && event.ends_with(br#""type":"t"}"#));
+        assert_eq!(outline.ledger, Some(&br#"[{"event":{"id":"no"}}]"#[..]));
+        let [specversion, id, source, ty, tenant] = outline.attributes;
+        assert_eq!(specversion, Some(Member::Text(Cow::Borrowed("1.0"))));
+        assert!(matches!(id, Some(Member::Text(Cow::Owned(id))) if id == "a\n\"b"));
+        assert_eq!(source, None);
+        assert!(matches!(ty, Some(Member::Text(Cow::Borrowed("t")))));
+        assert_eq!(tenant, Some(Member::Other(b"7")));
+        // Nothing is kept of a top level that is not an object.
+        let outline = scan_checked_canonical_entry(br#"[{"event":{"id":"no"}}]"#).unwrap();
+        assert!(outline.event.is_none() && outline.attributes.iter().all(Option::is_none));
     }
 
     fn problem(text: &[u8]) -> JsonError {

@@ -1,18 +1,23 @@
 //! Property tests: encode → decode is identity in both modes; the event writes the same RFC 8785 bytes
 //! as the CloudEvents SDK's JSON form canonicalized (what every entry held before toolledger owned
 //! its event type); arbitrary bytes and headers never panic the decoder; canonicalization is idempotent
-//! and blind to key order and whitespace, and the canonical-form check accepts exactly its output.
+//! and blind to key order and whitespace, and the canonical-form check accepts exactly its output;
+//! scanning an entry reads the outline serde read before the scan kept it.
+
+use std::borrow::Cow;
 
 use async_nats::HeaderMap;
 use async_nats::header::{HeaderName, HeaderValue};
 use chrono::{DateTime, Utc};
 use proptest::prelude::*;
-use serde::Deserialize;
-use serde_json::{Map, Number, Value};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Number, Value, json};
 use toolledger_schemas::EventClass;
 use toolledger_wire::event::ATTRIBUTES;
 use toolledger_wire::subject::inbound_subject;
-use toolledger_wire::{Event, ExtensionValue, Mode, Tenant, binding, decode, ijson, jcs};
+use toolledger_wire::{
+    Error, Event, ExtensionValue, LedgerEntry, LedgerMetadata, Mode, Tenant, binding, decode, ijson, jcs,
+};
 
 use super::TENANT;
 
@@ -200,10 +205,7 @@ proptest! {
 
     #[test]
     fn scanning_an_entry_reads_what_parsing_it_does(event in event(false), respace in any::<bool>()) {
-        let (headers, payload) = binding::encode(&event, Mode::Structured).expect("encodes");
-        let decoded = decode(&subject_of(&event), Some(&headers), &payload).expect("decodes");
-        let at = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).expect("time");
-        let mut bytes = toolledger_wire::LedgerEntry::new(decoded, at).canonical_bytes().expect("canonicalizes");
+        let mut bytes = entry_of(&event).canonical_bytes().expect("canonicalizes");
         if respace {
             bytes.insert(1, b' ');
         }
@@ -218,6 +220,26 @@ proptest! {
             Err(error) => prop_assert_eq!(Some(error.to_string()), parsed.err().map(|e| e.to_string())),
         }
         prop_assert_eq!(respace, toolledger_wire::LedgerEntry::scan_canonical(&bytes).is_err());
+    }
+
+    #[test]
+    fn scanning_an_entry_reads_the_outline_serde_read(
+        event in event(false),
+        fields in prop::option::of(json_object()),
+        sealed in any::<bool>(),
+        (edit, change) in prop::sample::select(OUTLINE_EDITS),
+    ) {
+        let mut entry = entry_of(&event);
+        entry.ledger.envelope_fields = fields.and_then(|f| f.as_object().cloned());
+        if sealed {
+            entry.ledger.scrubbed_paths = vec!["/data/a\"b".to_owned()];
+            entry.seal().expect("seals");
+        }
+        let Value::Object(mut value) = ijson::parse_canonical(&entry.canonical_bytes().expect("canonicalizes"))
+            .expect("reads back") else { unreachable!("an entry is an object") };
+        change(&mut value);
+        let bytes = jcs::to_vec(&Value::Object(value)).expect("canonicalizes");
+        prop_assert_eq!(scanned(&bytes), serde_outline(&bytes), "{}: {}", edit, String::from_utf8_lossy(&bytes));
     }
 
     #[test]
@@ -282,6 +304,312 @@ proptest! {
             jcs::canonicalize(&compact).expect("compact"),
             jcs::canonicalize(shuffled.as_bytes()).expect("shuffled")
         );
+    }
+}
+
+/// The entry ingest writes for a structured event, ingested at a fixed time.
+fn entry_of(event: &Event) -> LedgerEntry {
+    let (headers, payload) = binding::encode(event, Mode::Structured).expect("encodes");
+    let decoded = decode(&subject_of(event), Some(&headers), &payload).expect("decodes");
+    LedgerEntry::new(
+        decoded,
+        DateTime::<Utc>::from_timestamp(1_700_000_000, 0).expect("time"),
+    )
+}
+
+/// A change to an entry, and its name.
+type OutlineEdit = (&'static str, fn(&mut Map<String, Value>));
+
+/// Changes to a sealed entry (the object `{"event":…,"ledger":…}`) that its outline must read the
+/// way serde read it: attributes of other types, escaped, empty or missing; `event` and `ledger`
+/// missing or not objects; and members of the outline's names where they are not the entry's.
+const OUTLINE_EDITS: &[OutlineEdit] = &[
+    ("as written", |_| {}),
+    ("tenant a number", |e| set(e, "tenant", json!(5))),
+    ("tenant an object", |e| set(e, "tenant", json!({"a": "acme"}))),
+    ("tenant an array", |e| set(e, "tenant", json!(["acme"]))),
+    ("tenant null", |e| set(e, "tenant", Value::Null)),
+    ("tenant false", |e| set(e, "tenant", json!(false))),
+    ("tenant escaped", |e| set(e, "tenant", json!("ac\"me\n"))),
+    ("tenant empty", |e| set(e, "tenant", json!(""))),
+    ("no tenant", |e| unset(e, "tenant")),
+    ("id escaped", |e| set(e, "id", json!("x\ny\"z\\\u{1}"))),
+    ("type escaped", |e| set(e, "type", json!("tool.\"declared\"\t"))),
+    ("source escaped", |e| set(e, "source", json!("s\r\n"))),
+    ("specversion escaped", |e| set(e, "specversion", json!("1.0\n"))),
+    ("id empty", |e| set(e, "id", json!(""))),
+    ("source empty", |e| set(e, "source", json!(""))),
+    ("type empty", |e| set(e, "type", json!(""))),
+    ("id a number", |e| set(e, "id", json!(5))),
+    ("source true", |e| set(e, "source", json!(true))),
+    ("type an array", |e| set(e, "type", json!(["tool.declared"]))),
+    ("type an object", |e| set(e, "type", json!({}))),
+    ("specversion a number", |e| set(e, "specversion", json!(1.5))),
+    ("id null", |e| set(e, "id", Value::Null)),
+    ("specversion null", |e| set(e, "specversion", Value::Null)),
+    ("no id", |e| unset(e, "id")),
+    ("no source", |e| unset(e, "source")),
+    ("no type", |e| unset(e, "type")),
+    ("no specversion", |e| unset(e, "specversion")),
+    ("specversion 0.3", |e| set(e, "specversion", json!("0.3"))),
+    ("no event", |e| unset_member(e, "event")),
+    ("no ledger", |e| unset_member(e, "ledger")),
+    ("neither", |e| e.clear()),
+    ("event null", |e| set_member(e, "event", Value::Null)),
+    ("event a string", |e| set_member(e, "event", json!("{}"))),
+    ("event a number", |e| set_member(e, "event", json!(1))),
+    ("event empty", |e| set_member(e, "event", json!({}))),
+    ("ledger null", |e| set_member(e, "ledger", Value::Null)),
+    ("ledger a string", |e| set_member(e, "ledger", json!("ledger"))),
+    ("ledger empty", |e| set_member(e, "ledger", json!({}))),
+    ("ledger a short array", |e| {
+        set_member(e, "ledger", json!(["2026-01-01T00:00:00Z", "ledger"]))
+    }),
+    ("ledger origin unknown", |e| {
+        set_metadata(e, "origin", json!("post"))
+    }),
+    ("ledger ingested_at a number", |e| {
+        set_metadata(e, "ingested_at", json!(1))
+    }),
+    ("id a number, no ledger", |e| {
+        set(e, "id", json!(5));
+        unset_member(e, "ledger");
+    }),
+    ("no event, a bad ledger", |e| {
+        unset_member(e, "event");
+        set_member(e, "ledger", json!(7));
+    }),
+    ("the event only inside the ledger", |e| {
+        let event = take_member(e, "event");
+        set_member(
+            e,
+            "ledger",
+            json!({"envelope_fields": {"event": event},
+            "ingested_at": "2026-01-01T00:00:00Z", "origin": "ledger"}),
+        );
+    }),
+    ("the ledger only inside the event", |e| {
+        let ledger = take_member(e, "ledger");
+        set(e, "data", json!({"ledger": ledger}));
+    }),
+    ("the attributes only inside data", |e| {
+        let attributes = ["id", "source", "specversion", "tenant", "type"];
+        let data: Map<String, Value> = attributes
+            .iter()
+            .map(|name| ((*name).to_owned(), take(e, name)))
+            .collect();
+        set(e, "data", Value::Object(data));
+    }),
+    ("the tenant only inside data", |e| {
+        let tenant = take(e, "tenant");
+        set(e, "data", json!({"tenant": tenant}));
+    }),
+    ("an event inside the event", |e| {
+        let inner = e["event"].clone();
+        set(e, "event", inner);
+        unset(e, "id");
+    }),
+    ("data as deep as the parse takes", |e| {
+        set(e, "data", nested(ijson::MAX_DEPTH - 2))
+    }),
+    ("metadata as deep as serde took it", |e| {
+        set_metadata(e, "envelope_fields", nested(ijson::MAX_DEPTH - 3))
+    }),
+    ("members around them", |e| {
+        set_member(e, "a", json!({"event": {"id": 1}, "ledger": 2}));
+        set_member(e, "z", json!([{"event": null}]));
+    }),
+];
+
+/// Objects nested `levels` deep.
+fn nested(levels: usize) -> Value {
+    (1..levels).fold(json!({}), |inner, _| json!({ "a": inner }))
+}
+
+/// Sets the event's attribute `name` (the entry's `event` stays an object).
+fn set(entry: &mut Map<String, Value>, name: &str, value: Value) {
+    if let Some(event) = entry["event"].as_object_mut() {
+        event.insert(name.to_owned(), value);
+    }
+}
+
+/// Removes the event's attribute `name`, giving it back (`null` when it had none).
+fn take(entry: &mut Map<String, Value>, name: &str) -> Value {
+    entry["event"]
+        .as_object_mut()
+        .and_then(|event| event.remove(name))
+        .unwrap_or_default()
+}
+
+fn unset(entry: &mut Map<String, Value>, name: &str) {
+    take(entry, name);
+}
+
+/// Sets the metadata's member `name` (the entry's `ledger` stays an object).
+fn set_metadata(entry: &mut Map<String, Value>, name: &str, value: Value) {
+    if let Some(ledger) = entry["ledger"].as_object_mut() {
+        ledger.insert(name.to_owned(), value);
+    }
+}
+
+/// Sets the entry's own member `name` (`event`, `ledger`, or any other).
+fn set_member(entry: &mut Map<String, Value>, name: &str, value: Value) {
+    entry.insert(name.to_owned(), value);
+}
+
+/// Removes the entry's own member `name`, giving it back (`null` when it had none).
+fn take_member(entry: &mut Map<String, Value>, name: &str) -> Value {
+    entry.remove(name).unwrap_or_default()
+}
+
+fn unset_member(entry: &mut Map<String, Value>, name: &str) {
+    entry.remove(name);
+}
+
+/// What reading an entry's outline came to: its class, tenant and metadata, or, refused, the error's
+/// kind and attribute for `bad_envelope` (whose text may differ) and its text for anything else.
+type Outlined = Result<(String, Option<String>, LedgerMetadata), String>;
+
+fn refusal(error: Error) -> String {
+    match error {
+        Error::BadEnvelope { attribute, .. } => format!("bad_envelope {attribute}"),
+        other => other.to_string(),
+    }
+}
+
+fn scanned(bytes: &[u8]) -> Outlined {
+    LedgerEntry::scan_canonical(bytes)
+        .map(|scanned| {
+            let tenant = scanned.tenant.map(Cow::into_owned);
+            (scanned.ty.into_owned(), tenant, scanned.ledger)
+        })
+        .map_err(refusal)
+}
+
+/// The oracle: how `LedgerEntry::scan_canonical` read an entry's outline before the scan kept it,
+/// with a second pass of serde over the whole entry.
+fn serde_outline(bytes: &[u8]) -> Outlined {
+    ijson::scan_checked_canonical(bytes).map_err(|e| refusal(e.into()))?;
+    let body = |_| "bad_envelope body".to_owned();
+    let outline: SerdeOutline<'_> = serde_json::from_slice(bytes).map_err(body)?;
+    let event = outline.event.ok_or("bad_envelope event")?;
+    let ledger = outline.ledger.ok_or("bad_envelope ledger")?;
+    if event.specversion.as_deref() != Some("1.0") {
+        return Err("bad_envelope specversion".to_owned());
+    }
+    for (name, value) in [("id", &event.id), ("source", &event.source), ("type", &event.ty)] {
+        if value.as_deref().is_none_or(str::is_empty) {
+            return Err(format!("bad_envelope {name}"));
+        }
+    }
+    let tenant = event.tenant.map(Cow::into_owned);
+    Ok((event.ty.unwrap_or_default().into_owned(), tenant, ledger))
+}
+
+/// An entry's outline as serde read it: every member optional, so that what is missing is named in
+/// the entry's own order.
+#[derive(Deserialize)]
+struct SerdeOutline<'a> {
+    #[serde(borrow, default)]
+    event: Option<SerdeEventOutline<'a>>,
+    #[serde(default)]
+    ledger: Option<LedgerMetadata>,
+}
+
+#[derive(Deserialize)]
+struct SerdeEventOutline<'a> {
+    #[serde(borrow, default)]
+    specversion: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    source: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "type")]
+    ty: Option<Cow<'a, str>>,
+    /// Another type than a string is no tenant.
+    #[serde(borrow, default, deserialize_with = "string_or_none")]
+    tenant: Option<Cow<'a, str>>,
+}
+
+fn string_or_none<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Option<Cow<'de, str>>, D::Error> {
+    struct StringOrNone;
+    impl<'de> serde::de::Visitor<'de> for StringOrNone {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_borrowed_str<E>(self, text: &'de str) -> std::result::Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(text)))
+        }
+        fn visit_str<E>(self, text: &str) -> std::result::Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(text.to_owned())))
+        }
+        fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok(None)
+        }
+    }
+    deserializer.deserialize_any(StringOrNone)
+}
+
+/// Where the scan's outline no longer reads what serde read, it reads what the canonical parse
+/// does: serde took an entry or an event written as an array (its structs read sequences too), and
+/// refused metadata nested past its own limit, which it counted from the entry, not the metadata.
+#[test]
+fn scanning_an_entry_refuses_and_takes_what_the_parse_does_where_serde_did_not() {
+    let mut event = Event::new("e1", "tool.declared", "s");
+    event.set_extension("tenant", super::TENANT);
+    let bytes = entry_of(&event).canonical_bytes().expect("canonicalizes");
+    let written = ijson::parse_canonical(&bytes).expect("reads");
+    let mut deep_metadata = written.clone();
+    // The entry, `ledger` and `envelope_fields` nested as deep as the parse takes.
+    deep_metadata["ledger"]["envelope_fields"] = nested(ijson::MAX_DEPTH - 2);
+    let as_array = json!([written["event"], written["ledger"]]);
+    let mut event_array = written.clone();
+    event_array["event"] = json!(["1.0", "e1", "s", "tool.declared", super::TENANT]);
+    for (case, entry, serde_took_it) in [
+        ("deep metadata", deep_metadata, false),
+        ("the entry an array", as_array, true),
+        ("the event an array", event_array, true),
+    ] {
+        let bytes = jcs::to_vec(&entry).expect("canonicalizes");
+        let parsed = LedgerEntry::parse_canonical(&bytes);
+        assert_eq!(serde_outline(&bytes).is_ok(), serde_took_it, "{case}");
+        assert_eq!(scanned(&bytes).is_ok(), parsed.is_ok(), "{case}: {parsed:?}");
+        assert_eq!(parsed.is_ok(), !serde_took_it, "{case}");
+        if serde_took_it {
+            assert_eq!(scanned(&bytes), Err("bad_envelope body".to_owned()), "{case}");
+        }
     }
 }
 
