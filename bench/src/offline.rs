@@ -724,14 +724,18 @@ pub(crate) async fn timed_bundle(
     Ok((build_ms, check_ms, built.bytes.len() as f64))
 }
 
-const VERIFY_MISS: &str = "the floor is the NATS read (raw hashing runs several times faster). \
-    Entries are checked a batch at a time on every core while the next batch is read, with a validating \
-    scan: I-JSON and RFC 8785 form proven without building a JSON value or a typed event, then the \
-    class, tenant and metadata read from the bytes — about 4 µs an entry against 8.5 µs for the parse it \
-    replaced (`cargo run --release -p toolledger-bench --example entry_read`). The check and the leaf \
-    hash still share the 2 cores with the reader and nats-server, and the ordered pass (tree, tiles, \
-    checkpoints) takes turns with the read. Reading in a task of its own, two batches ahead, so that \
-    the read goes on during the ordered pass, measured no different (medians 111.5k/s against 113.5k/s \
-    over two alternating rounds of 3 runs), so it was not kept. What would close it: read the outline in \
-    the scan itself (of the check's 4.9 µs, the I-JSON scan is 2.6 µs and serde going over the bytes \
-    again for the outline most of the rest), and a cheaper scan.";
+const VERIFY_MISS: &str = "the floor is the NATS read (raw hashing runs several times faster), and on \
+    this machine the read is itself CPU-bound: nats-server and the reading client share the 2 cores. A \
+    profile of the suite (`perf record --call-graph dwarf`, 2 runs) puts nats-server at about 6 µs of CPU \
+    per entry delivered and the client's read at about 2.5 µs, so the read alone keeps both cores busy \
+    (8.5 µs of CPU an entry, 4.3 µs apart). Verify adds the entry check and the leaf hash, on the pool, \
+    batch by batch while the next batch is read: a validating scan proves I-JSON and RFC 8785 form \
+    without building a JSON value or a typed event and keeps the class, tenant and metadata as it walks \
+    (about 3 µs an entry, against 8.5 µs for the parse it replaced and 4.1 µs while a second serde pass \
+    read the outline; `cargo run --release -p toolledger-bench --example entry_read`), and the hash \
+    0.9 µs. With about 13 µs of CPU an entry on 2 cores, verify cannot pass about 0.65 × the read; it \
+    runs at 0.54 ×, the cores about 85 % busy. Tried: reading in a task of its own two batches ahead \
+    (no difference, not kept); the outline taken from the scan (+7 % over alternating rounds, kept). \
+    What would close it: a check of at most about 1.5 µs an entry (UTF-8 validated once for the whole \
+    entry rather than per string run, keys compared without the path bookkeeping), or cores of \
+    nats-server's own, where the read and the check no longer compete.";
