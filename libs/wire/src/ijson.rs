@@ -254,13 +254,17 @@ fn pointer(path: &[Segment<'_>]) -> String {
     out
 }
 
-/// Whether `next` sorts after `last` by UTF-16 code units, as RFC 8785 orders members. ASCII keys,
-/// nearly all of them, compare as bytes (the same order).
+/// Whether `next` sorts after `last` by UTF-16 code units, as RFC 8785 orders members. Keys that
+/// first differ at an ASCII byte on both sides (nearly all of them) compare as bytes: what comes
+/// before is the same whole characters, and an ASCII character is one code unit in either encoding.
 fn utf16_ascending(last: &str, next: &str) -> bool {
-    if last.is_ascii() && next.is_ascii() {
-        return next.as_bytes() > last.as_bytes();
+    let (a, b) = (last.as_bytes(), next.as_bytes());
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        // One is a prefix of the other (at a character boundary): the longer sorts after.
+        None => b.len() > a.len(),
+        Some(i) if a[i].is_ascii() && b[i].is_ascii() => b[i] > a[i],
+        Some(_) => next.encode_utf16().cmp(last.encode_utf16()).is_gt(),
     }
-    next.encode_utf16().cmp(last.encode_utf16()).is_gt()
 }
 
 fn shorten(text: &str) -> String {
@@ -272,6 +276,9 @@ fn shorten(text: &str) -> String {
 
 struct Parser<'a> {
     bytes: &'a [u8],
+    /// The bytes as text when they are UTF-8 as a whole (validated once, the common case); else the
+    /// strings' runs are validated one by one, which finds the first bad byte.
+    text: Option<&'a str>,
     pos: usize,
     path: Vec<Segment<'a>>,
     big_integers_are_doubles: bool,
@@ -287,6 +294,7 @@ impl<'a> Parser<'a> {
     fn new(bytes: &'a [u8], big_integers_are_doubles: bool, canonical: bool, build: bool) -> Self {
         Parser {
             bytes,
+            text: std::str::from_utf8(bytes).ok(),
             pos: 0,
             path: Vec::new(),
             big_integers_are_doubles,
@@ -522,8 +530,13 @@ impl<'a> Parser<'a> {
             // Copy the longest run of plain bytes at once, validating it as UTF-8.
             let start = self.pos;
             self.pos += crate::jcs::plain_run(&bytes[start..]);
-            let run = &bytes[start..self.pos];
-            match std::str::from_utf8(run) {
+            // A run starts and ends at an ASCII byte (or the end), so in text that is UTF-8 as a
+            // whole it is a slice of that text, with nothing left to check.
+            let run = match self.text.and_then(|text| text.get(start..self.pos)) {
+                Some(run) => Ok(run),
+                None => std::str::from_utf8(&bytes[start..self.pos]),
+            };
+            match run {
                 // No escape: the text as it stands in the bytes.
                 Ok(text) if out.is_empty() && self.peek() == Some(b'"') => {
                     self.pos += 1;
@@ -836,6 +849,37 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(text)
             );
+        }
+    }
+
+    #[test]
+    fn member_order_is_utf16_order_on_every_pair() {
+        // ASCII, Latin-1, the BMP above the surrogates (U+E000…U+FFFF sorts after a supplementary
+        // character in UTF-16, before it in UTF-8), supplementary characters, prefixes, equals.
+        let keys = [
+            "",
+            "a",
+            "aa",
+            "ab",
+            "b",
+            "Z",
+            "é",
+            "aé",
+            "a\u{e9}b",
+            "\u{e000}",
+            "\u{ffff}",
+            "\u{10000}",
+            "\u{1f600}",
+            "a\u{1f600}",
+            "a\u{ffff}",
+            "\u{7f}",
+            "\u{80}",
+        ];
+        for last in keys {
+            for next in keys {
+                let expected = next.encode_utf16().cmp(last.encode_utf16()).is_gt();
+                assert_eq!(utf16_ascending(last, next), expected, "{last:?} then {next:?}");
+            }
         }
     }
 
