@@ -731,11 +731,11 @@ const VERIFY_MISS: &str = "the floor is the NATS read (raw hashing runs several 
     (8.5 µs of CPU an entry, 4.3 µs apart). Verify adds the entry check and the leaf hash, on the pool, \
     batch by batch while the next batch is read: a validating scan proves I-JSON and RFC 8785 form \
     without building a JSON value or a typed event and keeps the class, tenant and metadata as it walks \
-    (about 3 µs an entry, against 8.5 µs for the parse it replaced and 4.1 µs while a second serde pass \
-    read the outline; `cargo run --release -p toolledger-bench --example entry_read`), and the hash \
-    0.9 µs. With about 13 µs of CPU an entry on 2 cores, verify cannot pass about 0.65 × the read; it \
-    runs at 0.54 ×, the cores about 85 % busy. Tried: reading in a task of its own two batches ahead \
-    (no difference, not kept); the outline taken from the scan (+7 % over alternating rounds, kept). \
-    What would close it: a check of at most about 1.5 µs an entry (UTF-8 validated once for the whole \
-    entry rather than per string run, keys compared without the path bookkeeping), or cores of \
-    nats-server's own, where the read and the check no longer compete.";
+    (about 2.2 µs an entry, against 8.5 µs for the parse it replaced; `cargo run --release -p \
+    toolledger-bench --example entry_read`), and the hash 0.9 µs. With about 12 µs of CPU an entry on \
+    2 cores, verify cannot pass about 0.7 × the read, and reaches it only when nothing else wants the \
+    cores. Kept: the outline taken from the scan rather than a second serde pass (+7 % over alternating \
+    rounds of 3 runs), then UTF-8 validated once for the whole entry and member order compared at the \
+    first differing byte (+15 %). Tried and not kept: reading in a task of its own, two batches ahead \
+    (no difference). What would close it: a check near 1 µs an entry, or cores of nats-server's own, \
+    where the read and the check no longer compete.";
