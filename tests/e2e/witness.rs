@@ -965,22 +965,25 @@ fn a_partitioned_ledger_is_witnessed_in_every_partition_and_its_directory() {
     }
 
     // `verify` under the policy of both: every partition and the directory are witnessed.
-    let mut args: Vec<String> = ["verify", "--nats-url", &url, "--witness-quorum", "2"]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect();
-    for key in &keys {
-        args.extend(["--witness".to_owned(), key.to_string()]);
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (ok, out, err) = run(data.path(), &config, &args);
-    assert!(ok, "verify under 2 of 2 failed\n{out}\n{err}");
-    assert_eq!(
-        out.matches("toolledger verify: witnessed: the checkpoint of size")
-            .count(),
-        3,
-        "p0, p1 and the directory are witnessed\n{out}"
-    );
+    let verify_witnessed = |url: &str| {
+        let mut args: Vec<String> = ["verify", "--nats-url", url, "--witness-quorum", "2"]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        for key in &keys {
+            args.extend(["--witness".to_owned(), key.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, out, err) = run(data.path(), &config, &args);
+        assert!(ok, "verify under 2 of 2 failed\n{out}\n{err}");
+        assert_eq!(
+            out.matches("toolledger verify: witnessed: the checkpoint of size")
+                .count(),
+            3,
+            "p0, p1 and the directory are witnessed\n{out}"
+        );
+    };
+    verify_witnessed(&url);
     let (status, detail) = doctor_witnesses(data.path(), &config, &url);
     assert_eq!(status, "ok", "{detail}");
     for log in [
@@ -996,4 +999,24 @@ fn a_partitioned_ledger_is_witnessed_in_every_partition_and_its_directory() {
     for witness in &mut witnesses {
         let _ = witness.child.terminate(Duration::from_secs(10));
     }
+
+    // A backup keeps the cosignatures: restored into a fresh server, every log is still witnessed.
+    let backup = data.path().join("backup");
+    let backup = backup.to_str().unwrap();
+    let (ok, out, err) = run(
+        data.path(),
+        &config,
+        &["backup", "--nats-url", &url, "--out", backup],
+    );
+    assert!(ok && out.contains("witness cosignatures"), "{out}\n{err}");
+    let fresh = NatsFixture::start();
+    let fresh_url = fresh.url();
+    for args in [
+        &["init", "--nats-url", &fresh_url][..],
+        &["restore", "--nats-url", &fresh_url, backup][..],
+    ] {
+        let (ok, out, err) = run(data.path(), &config, args);
+        assert!(ok, "{args:?} failed\n{out}\n{err}");
+    }
+    verify_witnessed(&fresh_url);
 }

@@ -11,6 +11,10 @@
 //!          sequences and bytes ─▶ `toolledger verify` passes with the same verifier key
 //! ```
 //!
+//! The witnesses' cosignatures (ATL_COSIGNATURES, `docs/witnesses.md`) are backed up beside the
+//! checkpoints when the deployment has them (`cosignatures` in the manifest; a restorer that does not
+//! know the field restores without them, as before).
+//!
 //! A partitioned ledger (`docs/scaling.md`) backs up every partition's stream after the checkpoints,
 //! each with its Merkle root (`partitions`), and the directory (`directory`) as far as a backed-up
 //! directory checkpoint signs it, so every directory entry in the backup names checkpoints that are
@@ -70,6 +74,9 @@ pub struct Manifest {
     /// The directory, as far as a backed-up directory checkpoint signs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directory: Option<StreamBackup>,
+    /// The witnesses' cosignatures of the checkpoints, when the deployment keeps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cosignatures: Option<StreamBackup>,
 }
 
 /// One further partition's stream in a backup.
@@ -90,6 +97,8 @@ pub struct Extra {
     pub partitions: Vec<String>,
     /// The directory's stream, when the ledger has one.
     pub directory: Option<String>,
+    /// The cosignatures' stream, when the deployment has one.
+    pub cosignatures: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -194,6 +203,11 @@ pub async fn backup(
     }
     // Checkpoints first: every checkpoint then covers a ledger prefix that the ledger backup holds.
     let (checkpoints_backup, _) = backup_stream(js, checkpoints, None, dir, progress).await?;
+    // Whole: a cosignature of a checkpoint signed after the checkpoints' backup is joined to no note.
+    let cosignatures = match &extra.cosignatures {
+        Some(stream) => Some(backup_stream(js, stream, None, dir, progress).await?.0),
+        None => None,
+    };
     let (ledger, ledger_root) = backup_stream(js, ledger, None, dir, progress).await?;
     let mut partitions = Vec::new();
     for stream in &extra.partitions {
@@ -225,6 +239,7 @@ pub async fn backup(
         ledger_root,
         partitions,
         directory,
+        cosignatures,
     };
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| io_error(&manifest_path, e))?;
     let partial = dir.join("manifest.json.partial");
@@ -347,6 +362,9 @@ pub async fn restore(
     }
     if let Some(directory) = &manifest.directory {
         streams.push((directory.stream.clone(), read_stream(dir, directory)?));
+    }
+    if let Some(cosignatures) = &manifest.cosignatures {
+        streams.push((cosignatures.stream.clone(), read_stream(dir, cosignatures)?));
     }
     // And every target stream is there and empty before any is written: a restore that stops
     // half-way would leave a target no retry can use.

@@ -2,8 +2,8 @@
 //! as plain files, and back into a fresh NATS contract byte for byte (docs/runbooks.md, "Restore").
 //!
 //! ```text
-//! backup:  ATL_CHECKPOINTS, ATL_LEDGER (then ATL_LEDGER_P<K>, ATL_DIRECTORY of a partitioned
-//!          ledger) ─▶ DIR/<stream>.jsonl + DIR/manifest.json (written last)
+//! backup:  ATL_CHECKPOINTS, ATL_COSIGNATURES (when there), ATL_LEDGER (then ATL_LEDGER_P<K>,
+//!          ATL_DIRECTORY of a partitioned ledger) ─▶ DIR/<stream>.jsonl + DIR/manifest.json (last)
 //! restore: DIR checked (SHA-256, sequences, Merkle root) ─▶ empty streams of `toolledger init` ─▶
 //!          published with expected last sequences ─▶ then `toolledger verify`, `toolledger rebuild`
 //! ```
@@ -14,7 +14,7 @@ use toolledger_core::config::Config;
 use toolledger_verify::backup;
 use toolledger_wire::directory;
 use toolledger_wire::partition::Partitions;
-use toolledger_wire::streams::{CHECKPOINTS, LEDGER};
+use toolledger_wire::streams::{CHECKPOINTS, COSIGNATURES, LEDGER};
 
 use super::init::{connect, nats_url};
 
@@ -63,9 +63,21 @@ pub async fn run_backup(config: Config, args: BackupArgs) -> anyhow::Result<()> 
             .await
             .map_err(|e| anyhow::anyhow!("ledger.partitions: {e}"))?;
     }
+    // A deployment made before witnesses has no ATL_COSIGNATURES: nothing of it to back up.
+    let cosignatures = match js.get_stream(COSIGNATURES).await {
+        Ok(_) => Some(COSIGNATURES.to_owned()),
+        Err(error)
+            if matches!(error.kind(), async_nats::jetstream::context::GetStreamErrorKind::JetStream(inner)
+                if inner.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND) =>
+        {
+            None
+        }
+        Err(error) => return Err(anyhow::Error::new(error).context(format!("opening {COSIGNATURES}"))),
+    };
     let extra = backup::Extra {
         partitions: partitions.all().skip(1).map(|p| p.stream()).collect(),
         directory: (partitions.count() > 1).then(|| directory::STREAM.to_owned()),
+        cosignatures,
     };
     let manifest = backup::backup(&js, LEDGER, CHECKPOINTS, &extra, &args.out, &mut progress()).await?;
     println!(
@@ -85,6 +97,12 @@ pub async fn run_backup(config: Config, args: BackupArgs) -> anyhow::Result<()> 
         println!(
             "toolledger backup: {} directory entries (as far as its checkpoints sign it)",
             directory.messages
+        );
+    }
+    if let Some(cosignatures) = &manifest.cosignatures {
+        println!(
+            "toolledger backup: {} witness cosignatures",
+            cosignatures.messages
         );
     }
     Ok(())
@@ -107,6 +125,12 @@ pub async fn run_restore(config: Config, args: RestoreArgs) -> anyhow::Result<()
     }
     if let Some(directory) = &manifest.directory {
         println!("toolledger restore: {} directory entries", directory.messages);
+    }
+    if let Some(cosignatures) = &manifest.cosignatures {
+        println!(
+            "toolledger restore: {} witness cosignatures",
+            cosignatures.messages
+        );
     }
     Ok(())
 }
