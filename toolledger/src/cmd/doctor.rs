@@ -17,6 +17,7 @@ use async_nats::jetstream;
 use chrono::Utc;
 use serde::Serialize;
 use toolledger_core::config::Config;
+use toolledger_merkle::CosignatureVerifier;
 use toolledger_wire::partition::{Partition, Partitions};
 use toolledger_wire::streams::{self, CHECKPOINTS, INBOUND, QUARANTINE};
 
@@ -360,9 +361,24 @@ async fn witnesses(js: &jetstream::Context, config: &Config, partitions: Partiti
     }
     let quorum = config.ledger.witness_quorum();
     let n = config.ledger.witnesses.len();
-    let (mut details, mut behind, mut short) = (Vec::new(), Vec::new(), false);
+    // Each key parsed once: one that does not parse keeps up with no log, and is named once (when
+    // some log has a checkpoint to keep up with).
+    let mut bad_keys = Vec::new();
+    let keys: Vec<CosignatureVerifier> = config
+        .ledger
+        .witnesses
+        .iter()
+        .filter_map(|witness| match CosignatureVerifier::parse(&witness.key) {
+            Ok(key) => Some(key),
+            Err(error) => {
+                bad_keys.push(format!("{} (bad key: {error})", witness.url));
+                None
+            }
+        })
+        .collect();
+    let (mut details, mut behind, mut short, mut signed) = (Vec::new(), Vec::new(), false, false);
     for (log, subject) in &logs {
-        let standing = match witnessed_log(js, config, subject, lag).await {
+        let standing = match witnessed_log(js, &keys, subject, lag).await {
             Ok(standing) => standing,
             Err(failed) => return failed,
         };
@@ -375,12 +391,16 @@ async fn witnesses(js: &jetstream::Context, config: &Config, partitions: Partiti
             details.push(format!("{prefix}no checkpoint signed yet"));
             continue;
         };
+        signed = true;
         short |= standing.keeping_up < quorum;
         details.push(format!(
             "{prefix}{} of {n} keep up with checkpoint {} (quorum {quorum})",
             standing.keeping_up, standing.size
         ));
         behind.extend(standing.behind.into_iter().map(|b| format!("{b}{suffix}")));
+    }
+    if signed {
+        behind.splice(0..0, bad_keys);
     }
     let mut detail = details.join("; ");
     if !behind.is_empty() {
@@ -405,11 +425,12 @@ struct Standing {
     behind: Vec<String>,
 }
 
-/// The witnesses' standing on the log whose checkpoints are on `checkpoint_subject`; `None` before
-/// its first checkpoint; the failed check when ATL_CHECKPOINTS or ATL_COSIGNATURES cannot be read.
+/// The standing of the witnesses with these `keys` on the log whose checkpoints are on
+/// `checkpoint_subject`; `None` before its first checkpoint; the failed check when ATL_CHECKPOINTS or
+/// ATL_COSIGNATURES cannot be read.
 async fn witnessed_log(
     js: &jetstream::Context,
-    config: &Config,
+    keys: &[CosignatureVerifier],
     checkpoint_subject: &str,
     lag: Duration,
 ) -> Result<Option<Standing>, Check> {
@@ -427,16 +448,7 @@ async fn witnessed_log(
         keeping_up: 0,
         behind: Vec::new(),
     };
-    for witness in &config.ledger.witnesses {
-        let key = match toolledger_merkle::CosignatureVerifier::parse(&witness.key) {
-            Ok(key) => key,
-            Err(error) => {
-                standing
-                    .behind
-                    .push(format!("{} (bad key: {error})", witness.url));
-                continue;
-            }
-        };
+    for key in keys {
         let subjects = streams::cosignatures_by(checkpoint_subject, key.key_id());
         let last = toolledger_ledger::last_stored_message(js, streams::COSIGNATURES, &subjects)
             .await
