@@ -149,7 +149,7 @@ async fn a_tenant_answers_while_another_tenants_two_runaway_statements_run() {
             let served = std::sync::Arc::clone(&served);
             tokio::spawn(async move {
                 served
-                    .sql(ACME_TOKEN, json!({"sql": RUNAWAY, "timeout_ms": 10000}))
+                    .sql(ACME_TOKEN, json!({"sql": RUNAWAY, "timeout_ms": 5000}))
                     .await
             })
         })
