@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{Map, Value};
 use toolledger_schemas::fold::{FoldEntry, InputStage, InvocationFold, InvocationLog};
 use toolledger_schemas::state::Config as StateConfig;
-use toolledger_schemas::{ClassifiedEvent, EventTime, contract};
+use toolledger_schemas::{EventTime, contract};
 use toolledger_wire::event::format_time;
 use toolledger_wire::{LedgerEntry, PayloadRef, entry};
 
@@ -447,20 +447,21 @@ impl Tracker {
     /// The rows of the entry at `seq`. With `rows = false` only the tracker moves (replaying the
     /// ledger before a recovered position).
     pub fn apply(&mut self, seq: u64, bytes: &[u8], rows: bool) -> EntryRows {
-        self.apply_decoded(seq, bytes, toolledger_ledger::decode_entry(bytes), rows)
+        self.apply_decoded(seq, bytes, &mut toolledger_ledger::decode_entry(bytes), rows)
     }
 
     /// [`Tracker::apply`] of an entry already decoded by [`toolledger_ledger::decode_entry`] (the
-    /// exporter decodes on a second thread, [`toolledger_ledger::decode_ahead`]).
+    /// exporter decodes on a second thread, [`toolledger_ledger::decode_ahead`], which frees what
+    /// is left of the entry there).
     pub fn apply_decoded(
         &mut self,
         seq: u64,
         bytes: &[u8],
-        decoded: toolledger_ledger::DecodedEntry,
+        decoded: &mut toolledger_ledger::DecodedEntry,
         rows: bool,
     ) -> EntryRows {
-        let toolledger_ledger::DecodedEntry { leaf, entry } = decoded;
-        let (entry, classified) = match entry {
+        let leaf = std::mem::take(&mut decoded.leaf);
+        let (entry, classified) = match &mut decoded.entry {
             Ok(entry) => entry,
             Err(error) => {
                 let event = rows.then(|| EventRow {
@@ -480,14 +481,11 @@ impl Tracker {
                 };
             }
         };
-        let ClassifiedEvent {
-            class,
-            decoded,
-            session_id: session,
-            invocation_id,
-            problem,
-        } = classified;
-        let LedgerEntry { event, ledger } = &entry;
+        let class = classified.class;
+        let problem = classified.problem.take();
+        let session = classified.session_id.take();
+        let invocation_id = classified.invocation_id.take();
+        let LedgerEntry { event, ledger } = &*entry;
         let text = |value: Option<&str>| value.map(str::to_owned);
         let tenant = event
             .extension_str("tenant")
@@ -540,7 +538,7 @@ impl Tracker {
                 problem,
             });
         }
-        let (Some(class), Some(decoded)) = (class, decoded) else {
+        let (Some(class), Some(decoded)) = (class, &classified.decoded) else {
             return out;
         };
         let class_str = class.as_str();
@@ -618,7 +616,7 @@ impl Tracker {
             &FoldEntry {
                 seq,
                 class,
-                data: &decoded,
+                data: decoded,
                 time: time_text.as_deref(),
                 session_id: session.as_deref(),
                 tool_id: event.extension_str("toolid"),

@@ -354,6 +354,7 @@ impl Store {
             }
         }
         let mut leaf = None;
+        let mut sessions = apply::Sessions::default();
         // A rebuild's folds come back to the store only when the batch commits.
         let (mut invocations, rebuilding) = match std::mem::replace(&mut self.mode, Mode::Broken) {
             Mode::Follow => {
@@ -375,6 +376,7 @@ impl Store {
                     decoded,
                     &state,
                     &mut invocations,
+                    &mut sessions,
                 )?);
                 Ok(())
             },
@@ -382,6 +384,7 @@ impl Store {
         if let Some(last) = new.last() {
             position = last.seq;
         }
+        sessions.write(&tx)?;
         if rebuilding {
             if invocations.len() > self.rebuild_folds {
                 invocations.spill(&tx, self.rebuild_folds / 2)?;

@@ -51,8 +51,8 @@ pub(super) fn declare(ctx: &mut Ctx<'_>, declaration: &ToolDeclaration) -> Resul
         )?
         .unwrap_or_else(|| (Map::new(), ctx.seq))
     };
-    merge(&mut version_data, &ctx.raw, &[]);
-    merge(&mut tool_data, &ctx.raw, &[]);
+    merge(&mut version_data, ctx.raw, &[]);
+    merge(&mut tool_data, ctx.raw, &[]);
     let merged: ToolDeclaration = typed(&version_data, declaration);
     tx.prepare_cached(
         "INSERT OR REPLACE INTO tool_versions (tenant, tool_id, version_no, version, lifecycle, tool_kind,
@@ -183,7 +183,7 @@ pub(super) fn surface(ctx: &mut Ctx<'_>) -> Result<()> {
         .sql("revision")?
         .map_or(1, |r: i64| r + 1);
     let (mut data, first_seq) = stored.unwrap_or_else(|| (Map::new(), ctx.seq));
-    merge(&mut data, &ctx.raw, &[]);
+    merge(&mut data, ctx.raw, &[]);
     let surface: Option<ToolSurface> = serde::Deserialize::deserialize(Value::Object(data.clone())).ok();
     let text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_owned);
     let data_text = Value::Object(data.clone()).to_string();
@@ -300,7 +300,7 @@ pub(super) fn deferred(ctx: &mut Ctx<'_>) -> Result<()> {
         &[&ctx.tenant, &tool_id],
     )?
     .unwrap_or_else(|| (Map::new(), ctx.seq));
-    merge(&mut data, &ctx.raw, &[]);
+    merge(&mut data, ctx.raw, &[]);
     let Ok(d) = <DeferredToolRef as serde::Deserialize>::deserialize(Value::Object(data.clone())) else {
         return Ok(());
     };

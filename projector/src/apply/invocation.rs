@@ -11,9 +11,11 @@
 //! anomalies and mutations are written as their entries come, from what the fold says each entry
 //! did.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use rusqlite::{OptionalExtension, Transaction, params};
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use toolledger_schemas::fold::{
     FoldEntry, InputMutationRecord, InputStage, InvocationFold, TransitionRecord,
@@ -258,7 +260,7 @@ pub(super) fn apply(
                 return Ok(());
             };
             let (merged, _) = merged_with(ctx, "permission_requests", "decision_id", decision_id)?;
-            let request: toolledger_schemas::model::PermissionRequest = typed(&merged, request.as_ref());
+            let request = merged.typed(request.as_ref());
             ctx.tx
                 .prepare_cached(
                     "INSERT OR REPLACE INTO permission_requests (tenant, decision_id, invocation_id, tool_id,
@@ -277,7 +279,7 @@ pub(super) fn apply(
                     to_json(&request.reason),
                     request.requested_at,
                     ctx.seq,
-                    Value::Object(merged).to_string()
+                    merged.text()
                 ])
                 .sql("insert permission request")?;
         }
@@ -412,32 +414,64 @@ fn external_ids(ctx: &Ctx<'_>, invocation_id: &str, invocation: &ToolInvocation)
 
 /// The stored `data` of the row keyed (tenant, `key_column` = `key`) merged with this event's data,
 /// and the row's first sequence (this one for a new row).
-fn merged_with(ctx: &Ctx<'_>, table: &str, key_column: &str, key: &str) -> Result<(Map<String, Value>, i64)> {
+fn merged_with<'c>(ctx: &'c Ctx<'_>, table: &str, key_column: &str, key: &str) -> Result<(Merged<'c>, i64)> {
     merged_keeping(ctx, table, key_column, key, &[])
 }
 
 /// [`merged_with`], keeping the stored value of the `keep` fields when the row exists.
-fn merged_keeping(
-    ctx: &Ctx<'_>,
+fn merged_keeping<'c>(
+    ctx: &'c Ctx<'_>,
     table: &str,
     key_column: &str,
     key: &str,
     keep: &[&str],
-) -> Result<(Map<String, Value>, i64)> {
+) -> Result<(Merged<'c>, i64)> {
     let found = load_object(
         ctx.tx,
         table,
         &format!("tenant = ?1 AND {key_column} = ?2"),
         &[&ctx.tenant, &key],
     )?;
-    let (mut merged, first_seq) = found.unwrap_or_else(|| (Map::new(), ctx.seq));
-    merge(&mut merged, &ctx.raw, keep);
-    Ok((merged, first_seq))
+    Ok(match found {
+        Some((mut stored, first_seq)) => {
+            merge(&mut stored, ctx.raw, keep);
+            (Merged::Stored(stored), first_seq)
+        }
+        None => (Merged::Fresh(ctx.raw), ctx.seq),
+    })
+}
+
+/// A record's object after an event: the stored one with the event's fields merged in, or the
+/// event's own data when nothing was stored (the common case: most records have one event), which
+/// needs neither a copy nor a second typed decode.
+enum Merged<'c> {
+    Fresh(&'c Map<String, Value>),
+    Stored(Map<String, Value>),
+}
+
+impl Merged<'_> {
+    /// The merged record in its typed form: `event` itself (decoded from this very object) when
+    /// fresh.
+    fn typed<'t, T: DeserializeOwned + Clone>(&self, event: &'t T) -> Cow<'t, T> {
+        match self {
+            Merged::Fresh(_) => Cow::Borrowed(event),
+            Merged::Stored(merged) => Cow::Owned(typed(merged, event)),
+        }
+    }
+
+    /// The merged object as JSON text, for the row's `data`.
+    fn text(&self) -> String {
+        let object = match self {
+            Merged::Fresh(object) => object,
+            Merged::Stored(object) => object,
+        };
+        serde_json::to_string(object).unwrap_or_default()
+    }
 }
 
 fn upsert_hook(ctx: &Ctx<'_>, invocation_id: &str, hook: &ToolHook) -> Result<()> {
     let (merged, first_seq) = merged_with(ctx, "hooks", "hook_id", &hook.hook_id)?;
-    let merged_hook: ToolHook = typed(&merged, hook);
+    let merged_hook = merged.typed(hook);
     let phase = match ctx.class {
         EventClass::HookPreStarted | EventClass::HookPreCompleted => "pre",
         _ => "post",
@@ -468,7 +502,7 @@ fn upsert_hook(ctx: &Ctx<'_>, invocation_id: &str, hook: &ToolHook) -> Result<()
             merged_hook.ended_at,
             first_seq,
             ctx.seq,
-            Value::Object(merged).to_string()
+            merged.text()
         ])
         .sql("insert hook")?;
     Ok(())
@@ -514,7 +548,7 @@ fn number(n: &Option<serde_json::Number>) -> Option<f64> {
 
 fn upsert_progress(ctx: &Ctx<'_>, invocation_id: &str, progress: &ToolProgress) -> Result<()> {
     let (merged, _) = merged_with(ctx, "progress", "progress_id", &progress.progress_id)?;
-    let p: ToolProgress = typed(&merged, progress);
+    let p = merged.typed(progress);
     ctx.tx
         .prepare_cached(
             "INSERT OR REPLACE INTO progress (tenant, progress_id, invocation_id, sequence, status, message,
@@ -540,7 +574,7 @@ fn upsert_progress(ctx: &Ctx<'_>, invocation_id: &str, progress: &ToolProgress) 
             p.task_id,
             p.timestamp,
             ctx.seq,
-            Value::Object(merged).to_string()
+            merged.text()
         ])
         .sql("insert progress")?;
     Ok(())
@@ -578,7 +612,7 @@ fn upsert_result(ctx: &Ctx<'_>, invocation_id: &str, result: &ToolResult, duplic
         &[]
     };
     let (merged, first_seq) = merged_keeping(ctx, "results", "result_id", &result.result_id, keep)?;
-    let merged_result: ToolResult = typed(&merged, result);
+    let merged_result = merged.typed(result);
     let kind = match (ctx.class, &existing) {
         (EventClass::InvocationPartialResult, None) => "partial".to_owned(),
         (EventClass::ResultCreated, _) => "final".to_owned(),
@@ -628,7 +662,7 @@ fn upsert_result(ctx: &Ctx<'_>, invocation_id: &str, result: &ToolResult, duplic
             first_seq,
             ctx.seq,
             duplicate,
-            Value::Object(merged).to_string()
+            merged.text()
         ])
         .sql("insert result")?;
     Ok(())
@@ -636,7 +670,7 @@ fn upsert_result(ctx: &Ctx<'_>, invocation_id: &str, result: &ToolResult, duplic
 
 fn upsert_persistence(ctx: &Ctx<'_>, invocation_id: &str, persistence: &ToolResultPersistence) -> Result<()> {
     let (merged, _) = merged_with(ctx, "result_persistence", "decision_id", &persistence.decision_id)?;
-    let p: ToolResultPersistence = typed(&merged, persistence);
+    let p = merged.typed(persistence);
     ctx.tx
         .prepare_cached(
             "INSERT OR REPLACE INTO result_persistence (tenant, decision_id, invocation_id, result_id, strategy,
@@ -659,7 +693,7 @@ fn upsert_persistence(ctx: &Ctx<'_>, invocation_id: &str, persistence: &ToolResu
             p.reason,
             p.created_at,
             ctx.seq,
-            Value::Object(merged).to_string()
+            merged.text()
         ])
         .sql("insert persistence")?;
     Ok(())

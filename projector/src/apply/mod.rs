@@ -20,6 +20,8 @@
 mod catalog;
 mod invocation;
 
+use std::collections::HashMap;
+
 pub(crate) use invocation::Invocations;
 
 use rusqlite::{Transaction, params};
@@ -29,9 +31,7 @@ use serde_json::{Map, Value};
 use toolledger_ledger::DecodedEntry;
 use toolledger_schemas::contract::LedgerRecord;
 use toolledger_schemas::state::{self, Config as StateConfig, InvocationTrack};
-use toolledger_schemas::{
-    Anomaly, ClassifiedEvent, Data, Effect, EventClass, EventFacts, EventTime, contract,
-};
+use toolledger_schemas::{Anomaly, Data, Effect, EventClass, EventFacts, EventTime, contract};
 use toolledger_wire::entry::json_text;
 use toolledger_wire::event::format_time;
 use toolledger_wire::{LedgerEntry, Origin, Tenant};
@@ -51,7 +51,7 @@ pub(crate) struct Ctx<'t> {
     pub ext_invocation: Option<String>,
     pub ext_tool: Option<String>,
     /// The raw `data` object (merging works on it, so unknown fields are kept).
-    pub raw: Map<String, Value>,
+    pub raw: &'t Map<String, Value>,
     /// Anomalies recorded for this entry so far (their `idx`).
     pub anomalies: i64,
 }
@@ -85,17 +85,19 @@ impl Ctx<'_> {
 
 /// Applies the entry at `seq`, decoded by [`toolledger_ledger::decode_entry`]; returns its leaf
 /// hash (hex). Invocation rows are written by
-/// [`Invocations::write`] at the end of the batch.
+/// [`Invocations::write`] at the end of the batch. The entry is only read (what is left of it is
+/// freed on the decoder's thread, [`toolledger_ledger::decode_ahead`]).
 pub(crate) fn apply_decoded(
     tx: &Transaction<'_>,
     seq: u64,
-    decoded: DecodedEntry,
+    decoded: &mut DecodedEntry,
     state: &StateConfig,
     invocations: &mut Invocations,
+    sessions: &mut Sessions,
 ) -> Result<String> {
-    let DecodedEntry { leaf, entry } = decoded;
+    let leaf = std::mem::take(&mut decoded.leaf);
     let seq = i64::try_from(seq).unwrap_or(i64::MAX);
-    let (mut entry, classified) = match entry {
+    let (entry, classified) = match &mut decoded.entry {
         Ok(entry) => entry,
         Err(error) => {
             tracing::warn!(seq, %error, "ledger entry does not decode; indexed with its problem");
@@ -103,14 +105,11 @@ pub(crate) fn apply_decoded(
             return Ok(leaf);
         }
     };
-    let ClassifiedEvent {
-        class,
-        decoded,
-        session_id: session,
-        invocation_id,
-        problem,
-    } = classified;
-    let LedgerEntry { event, ledger } = &mut entry;
+    let class = classified.class;
+    let problem = classified.problem.take();
+    let session = classified.session_id.take();
+    let invocation_id = classified.invocation_id.take();
+    let LedgerEntry { event, ledger } = &*entry;
     let text = |value: Option<&str>| value.map(str::to_owned);
     let tenant = event.extension_str("tenant").unwrap_or_default().to_owned();
     let time = event.time().map(format_time);
@@ -171,11 +170,12 @@ pub(crate) fn apply_decoded(
     }
 
     if let Some(session) = &session {
-        upsert_session(tx, &tenant, session, seq, time.as_deref(), time_ns)?;
+        sessions.saw(&tenant, session, seq, time.as_deref(), time_ns);
     }
-    let (Some(class), Some(decoded)) = (class, decoded) else {
+    let (Some(class), Some(decoded)) = (class, &classified.decoded) else {
         return Ok(leaf);
     };
+    let no_data = Map::new();
     let mut ctx = Ctx {
         tx,
         seq,
@@ -186,27 +186,27 @@ pub(crate) fn apply_decoded(
         time,
         ext_invocation: invocation_id,
         ext_tool: tool,
-        raw: match event.data.take() {
+        raw: match event.data() {
             Some(Value::Object(map)) => map,
-            _ => Map::new(),
+            _ => &no_data,
         },
         anomalies: 0,
     };
     if is_invocation_event {
-        invocation::apply(&mut ctx, &decoded, invocations, state)?;
+        invocation::apply(&mut ctx, decoded, invocations, state)?;
         return Ok(leaf);
     }
     let facts = EventFacts::from_data(
         class,
         seq.try_into().unwrap_or(0),
         time_ns.map(EventTime),
-        &decoded,
+        decoded,
     );
     // Declarations, surfaces, deferred refs and the ledger's own records: the state machine only
     // reports their unknown values.
     let outcome = state::step(&InvocationTrack::default(), &facts, state);
     ctx.record_anomalies(None, &outcome.anomalies)?;
-    match (contract(class).effect, &decoded) {
+    match (contract(class).effect, decoded) {
         (Effect::CatalogDeclaration, Data::ToolDeclaration(declaration)) => {
             catalog::declare(&mut ctx, declaration)?;
         }
@@ -315,22 +315,77 @@ fn insert_problem_event(tx: &Transaction<'_>, seq: i64, leaf: &str, problem: &st
     Ok(())
 }
 
-fn upsert_session(
-    tx: &Transaction<'_>,
-    tenant: &str,
-    session: &str,
-    seq: i64,
-    time: Option<&str>,
-    time_ns: Option<i64>,
-) -> Result<()> {
-    // In an upsert the bare column names are the stored row, `excluded.*` the new one.
+/// The sessions a batch's entries belong to, each summed over the batch and written once at its end
+/// ([`Sessions::write`]): a row per session touched, not an upsert per entry.
+#[derive(Default)]
+pub(crate) struct Sessions(HashMap<String, HashMap<String, SessionSpan>>);
+
+/// One session's entries in a batch.
+struct SessionSpan {
+    first_seq: i64,
+    last_seq: i64,
+    /// The earliest event time (nanoseconds, text); the first entry's among equal times.
+    first_time: Option<(i64, String)>,
+    /// The latest event time; the first entry's among equal times.
+    last_time: Option<(i64, String)>,
+    count: i64,
+}
+
+impl Sessions {
+    /// Counts the entry at `seq` (entries come in ledger order) into its session.
+    fn saw(&mut self, tenant: &str, session: &str, seq: i64, time: Option<&str>, time_ns: Option<i64>) {
+        let time = time.zip(time_ns).map(|(text, ns)| (ns, text));
+        let sessions = match self.0.get_mut(tenant) {
+            Some(sessions) => sessions,
+            None => self.0.entry(tenant.to_owned()).or_default(),
+        };
+        let Some(span) = sessions.get_mut(session) else {
+            let time = time.map(|(ns, text)| (ns, text.to_owned()));
+            sessions.insert(
+                session.to_owned(),
+                SessionSpan {
+                    first_seq: seq,
+                    last_seq: seq,
+                    first_time: time.clone(),
+                    last_time: time,
+                    count: 1,
+                },
+            );
+            return;
+        };
+        span.last_seq = seq;
+        span.count += 1;
+        if let Some((ns, text)) = time {
+            if span.first_time.as_ref().is_none_or(|(first, _)| ns < *first) {
+                span.first_time = Some((ns, text.to_owned()));
+            }
+            if span.last_time.as_ref().is_none_or(|(last, _)| ns > *last) {
+                span.last_time = Some((ns, text.to_owned()));
+            }
+        }
+    }
+
+    /// Writes every session the batch touched into `tx`, merged with its stored row.
+    pub(crate) fn write(self, tx: &Transaction<'_>) -> Result<()> {
+        for (tenant, sessions) in self.0 {
+            for (session, span) in sessions {
+                upsert_session(tx, &tenant, &session, &span)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn upsert_session(tx: &Transaction<'_>, tenant: &str, session: &str, span: &SessionSpan) -> Result<()> {
+    // In an upsert the bare column names are the stored row, `excluded.*` the batch's: the stored
+    // row's entries come first, so it keeps its times where the batch's are equal.
     tx.prepare_cached(
         "INSERT INTO sessions (tenant, session_id, first_seq, last_seq, first_time, first_time_ns,
             last_time, last_time_ns, event_count)
-         VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?4, ?5, 1)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
          ON CONFLICT (tenant, session_id) DO UPDATE SET
             last_seq = excluded.last_seq,
-            event_count = event_count + 1,
+            event_count = event_count + excluded.event_count,
             first_time = CASE WHEN excluded.first_time_ns < coalesce(first_time_ns, excluded.first_time_ns + 1)
                 THEN excluded.first_time ELSE first_time END,
             first_time_ns = CASE WHEN excluded.first_time_ns < coalesce(first_time_ns, excluded.first_time_ns + 1)
@@ -341,7 +396,17 @@ fn upsert_session(
                 THEN excluded.last_time_ns ELSE last_time_ns END",
     )
     .sql("prepare session")?
-    .execute(params![tenant, session, seq, time, time_ns])
+    .execute(params![
+        tenant,
+        session,
+        span.first_seq,
+        span.last_seq,
+        span.first_time.as_ref().map(|(_, text)| text),
+        span.first_time.as_ref().map(|(ns, _)| ns),
+        span.last_time.as_ref().map(|(_, text)| text),
+        span.last_time.as_ref().map(|(ns, _)| ns),
+        span.count
+    ])
     .sql("upsert session")?;
     Ok(())
 }

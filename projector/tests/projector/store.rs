@@ -191,3 +191,39 @@ fn ledger_own_records_apply_only_from_the_ledger_and_others_are_indexed_with_the
         "{problems:?}"
     );
 }
+
+#[test]
+fn the_projection_is_the_same_whatever_the_batches() {
+    // A batch sums its sessions and folds its invocations before it writes them: one entry a batch
+    // writes what every entry did, so larger batches must leave exactly the same rows.
+    let generated = generator::generate(&GeneratorConfig {
+        seed: 77,
+        sessions: 4,
+        extra_invocations: 2,
+        plant_anomalies: true,
+        ..GeneratorConfig::default()
+    });
+    let all: Vec<RawEntry> = generated
+        .events
+        .iter()
+        .zip(1u64..)
+        .map(|(event, seq)| RawEntry {
+            seq,
+            bytes: ledger::entry_bytes(event),
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let contents = |batch: usize| {
+        let mut store =
+            Store::open(&dir.path().join(format!("b{batch}.sqlite")), Default::default()).unwrap();
+        for chunk in all.chunks(batch) {
+            store.apply_batch(chunk).unwrap();
+        }
+        assert!(count(&store, "sessions") > 1);
+        store.table_contents().unwrap()
+    };
+    let one_by_one = contents(1);
+    for batch in [7, 100, all.len()] {
+        assert_eq!(contents(batch), one_by_one, "batches of {batch}");
+    }
+}
