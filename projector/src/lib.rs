@@ -43,4 +43,4 @@ pub use generation::{Generation, Generations};
 pub use heartbeat::{Heartbeat, ProjectorState};
 pub use runner::{Metrics, Options, RebuildSummary, RunSummary, rebuild, run, run_partitions};
 pub use sql::{SqlInterrupt, SqlLimits, SqlResult, SqlScope, TENANT_TABLES, run_sql, run_sql_interruptible};
-pub use store::{RawEntry, SCHEMA_SQL, SCHEMA_VERSION, Store};
+pub use store::{DecodedBatch, RawEntry, SCHEMA_SQL, SCHEMA_VERSION, Store};

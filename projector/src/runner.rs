@@ -4,11 +4,17 @@
 //! ```text
 //!  async (tokio)                                         dedicated thread (rusqlite)
 //!  ATL_LEDGER ─▶ OrderedReader from position+1            ┌──────────────────────────────┐
-//!     ─▶ next_batch(batch_size) ─▶ Vec<RawEntry> ────────▶ │ bounded channel (4 batches)   │
-//!                                                          │ Store::apply_batch: rows and  │
-//!  select: shutdown | generation switched | next chunk     │ position in one transaction   │
-//!                                                          └──────────────────────────────┘
+//!     ─▶ next_batch(batch_size) ─▶ Vec<RawEntry>           │ bounded channel (4 batches)   │
+//!     ─▶ blocking thread: DecodedBatch::decode ──────────▶ │ Store::apply_decoded_batch:   │
+//!                                                          │ rows and position in one      │
+//!  select: shutdown | generation switched | next chunk     │ transaction                   │
+//!              ▲                                           └──────────────┬───────────────┘
+//!              └── applied batches, freed beside the next decode ◀────────┘
 //! ```
+//!
+//! Decoding (leaf hash, parse, classification) needs no database, so the next batch is decoded
+//! while the writer applies the one before, and the writer hands applied batches back to be freed
+//! on the decoding thread: the writer — the stage every entry waits for — does only its own work.
 //!
 //! The position in SQLite is authoritative: every start (and every restart after a consumer error)
 //! reads it and creates a fresh ordered consumer from the entry after it. No durable consumer state
@@ -35,7 +41,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::generation::{Generation, Generations};
 use crate::heartbeat::{ProjectorState, Pulse};
-use crate::store::{RawEntry, Store};
+use crate::store::{DecodedBatch, RawEntry, Store};
 
 /// Batches in flight between the NATS reader and the SQLite writer. Four lets the reader fetch the
 /// next batches while one commits (the commit's fsync is the slow part) without holding more than
@@ -227,8 +233,10 @@ async fn pump<S: Future<Output = ()>>(
         .map_err(read_error(options.partition))?;
     let batch_size = options.batch_size.max(1);
 
-    let (tx, rx) = mpsc::channel::<Vec<RawEntry>>(CHANNEL_CAPACITY);
-    let writer = spawn_writer(store, rx, meter.clone(), options.progress_every);
+    let (tx, rx) = mpsc::channel::<DecodedBatch>(CHANNEL_CAPACITY);
+    // Unbounded, but holds at most the batches in flight: the channel's and the writer's.
+    let (give_back, applied) = std::sync::mpsc::channel::<DecodedBatch>();
+    let writer = spawn_writer(store, rx, give_back, meter.clone(), options.progress_every);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -278,6 +286,15 @@ async fn pump<S: Future<Output = ()>>(
                 bytes: message.payload.to_vec(),
             })
             .collect();
+        let spent: Vec<DecodedBatch> = applied.try_iter().collect();
+        let entries = tokio::task::spawn_blocking(move || {
+            drop(spent);
+            DecodedBatch::decode(entries)
+        })
+        .await
+        .map_err(|e| Error::WriterStopped {
+            reason: format!("decoding a batch: {e}"),
+        })?;
         tokio::select! {
             biased;
             () = shutdown.as_mut() => break PumpEnd::Shutdown,
@@ -306,7 +323,8 @@ async fn pump<S: Future<Output = ()>>(
 /// closes; logs progress with its rate.
 fn spawn_writer(
     mut store: Store,
-    mut rx: mpsc::Receiver<Vec<RawEntry>>,
+    mut rx: mpsc::Receiver<DecodedBatch>,
+    give_back: std::sync::mpsc::Sender<DecodedBatch>,
     meter: Meter,
     progress_every: Duration,
 ) -> std::thread::JoinHandle<Result<Store>> {
@@ -318,9 +336,11 @@ fn spawn_writer(
         let mut last_log = started;
         let mut applied_since_log = 0u64;
         let mut applied = 0u64;
-        while let Some(batch) = rx.blocking_recv() {
+        while let Some(mut batch) = rx.blocking_recv() {
             let before = store.position()?;
-            let position = store.apply_batch(&batch)?;
+            let position = store.apply_decoded_batch(&mut batch)?;
+            // Freed where it was decoded, not here (the reader may have stopped: then here).
+            let _ = give_back.send(batch);
             let done = position - before;
             applied += done;
             applied_since_log += done;

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use toolledger_ledger::DecodedEntry;
 use toolledger_schemas::state::Config as StateConfig;
 
 use crate::apply;
@@ -44,6 +45,30 @@ pub struct RawEntry {
     pub seq: u64,
     /// The message payload.
     pub bytes: Vec<u8>,
+}
+
+/// Entries with what needs no state read from them ([`toolledger_ledger::decode_entry`]: leaf
+/// hash, parse, classification), for [`Store::apply_decoded_batch`]: the runner decodes the next
+/// batch on a blocking thread while the writer applies this one.
+pub struct DecodedBatch {
+    entries: Vec<RawEntry>,
+    decoded: Vec<DecodedEntry>,
+}
+
+impl DecodedBatch {
+    /// Decodes every entry, on the calling thread.
+    pub fn decode(entries: Vec<RawEntry>) -> DecodedBatch {
+        let decoded = entries
+            .iter()
+            .map(|entry| toolledger_ledger::decode_entry(&entry.bytes))
+            .collect();
+        DecodedBatch { entries, decoded }
+    }
+
+    /// The entries, in the order given.
+    pub fn entries(&self) -> &[RawEntry] {
+        &self.entries
+    }
 }
 
 /// Invocation folds a rebuild holds across batches before it writes the least recently touched
@@ -332,8 +357,20 @@ impl Store {
 
     /// Applies `entries` in ledger order in one transaction, with the new position. Entries at or
     /// below the position are skipped (already applied); a sequence beyond position + 1 is a
-    /// [`Error::LedgerGap`] and nothing of the batch is kept. Returns the new position.
+    /// [`Error::LedgerGap`] and nothing of the batch is kept. Returns the new position. Entries are
+    /// decoded a little ahead on a second thread ([`toolledger_ledger::decode_ahead`]).
     pub fn apply_batch(&mut self, entries: &[RawEntry]) -> Result<u64> {
+        self.apply_entries(entries, None)
+    }
+
+    /// [`Self::apply_batch`] of entries decoded beforehand ([`DecodedBatch::decode`], e.g. on
+    /// another thread while this store applied the batch before).
+    pub fn apply_decoded_batch(&mut self, batch: &mut DecodedBatch) -> Result<u64> {
+        let DecodedBatch { entries, decoded } = batch;
+        self.apply_entries(entries, Some(decoded))
+    }
+
+    fn apply_entries(&mut self, entries: &[RawEntry], decoded: Option<&mut [DecodedEntry]>) -> Result<u64> {
         let state = self.state;
         let tx = self.conn.transaction().sql("begin batch")?;
         let mut position: u64 = tx
@@ -344,7 +381,8 @@ impl Store {
             .try_into()
             .unwrap_or(0);
         // Entries already applied are skipped; the rest must follow the position without a gap.
-        let new = &entries[entries.partition_point(|entry| entry.seq <= position)..];
+        let skipped = entries.partition_point(|entry| entry.seq <= position);
+        let new = &entries[skipped..];
         for (entry, expected) in new.iter().zip(position + 1..) {
             if entry.seq != expected {
                 return Err(Error::LedgerGap {
@@ -364,23 +402,30 @@ impl Store {
             Mode::Rebuild(folds) => (folds, true),
             Mode::Broken => return Err(Error::RebuildBroken),
         };
-        // Parsing and classifying entries needs no database: a second thread does it, a bounded
-        // distance ahead, while this one writes.
-        toolledger_ledger::decode_ahead(
-            new,
-            |entry| toolledger_ledger::decode_entry(&entry.bytes),
-            |entry, decoded| {
-                leaf = Some(apply::apply_decoded(
-                    &tx,
-                    entry.seq,
-                    decoded,
-                    &state,
-                    &mut invocations,
-                    &mut sessions,
-                )?);
-                Ok(())
-            },
-        )?;
+        let mut apply = |entry: &RawEntry, decoded: &mut DecodedEntry| {
+            leaf = Some(apply::apply_decoded(
+                &tx,
+                entry.seq,
+                decoded,
+                &state,
+                &mut invocations,
+                &mut sessions,
+            )?);
+            Ok::<_, Error>(())
+        };
+        match decoded {
+            Some(decoded) => new
+                .iter()
+                .zip(decoded.iter_mut().skip(skipped))
+                .try_for_each(|(entry, decoded)| apply(entry, decoded))?,
+            // Parsing and classifying entries needs no database: a second thread does it, a
+            // bounded distance ahead, while this one writes.
+            None => toolledger_ledger::decode_ahead(
+                new,
+                |entry| toolledger_ledger::decode_entry(&entry.bytes),
+                apply,
+            )?,
+        }
         if let Some(last) = new.last() {
             position = last.seq;
         }
