@@ -223,18 +223,22 @@ pub async fn rebuild(options: &Options) -> anyhow::Result<Section> {
 const REBUILD_MISS: &str = "the baseline inserts the very rows the rebuild wrote, loaded as the \
     rebuild loads its file (tables first, the secondary indexes built once at the end, the journal in \
     memory and one sync, as many transactions), so the gap is the projector's own work; reading is not \
-    it — the NATS read alone runs at many times the rebuild's rate. Entries are parsed and classified on \
-    a second thread while the writer applies, the writer's statements stay prepared, and a rebuild keeps \
-    invocation folds in memory across batches, so most invocations' rows are written once. A profile of \
-    the apply alone (perf on the projector's apply_bench example) puts about a third of its CPU in the \
-    decoder's strict parse (I-JSON and canonical-form checks into a JSON value, then a typed event) and \
-    most of the writer's own share, beside SQLite, in records merged through JSON: a result, hook, \
-    progress or permission request loads its stored object, merges the event into it, decodes it typed and \
-    serializes it again; and the fold and snapshot of every invocation are serialized for its row. The \
-    rebuild runs below the apply alone because the NATS reader, nats-server and the decoder share the 2 \
-    cores with the writer. What would close it: hold the records an invocation owns in memory beside its \
-    fold and write them typed, without the JSON round trip, and check entries with a validating scan \
-    instead of building a JSON value";
+    it — the NATS read alone runs at many times the rebuild's rate. The runner decodes the next batch \
+    (leaf hash, strict parse, classification) on a blocking thread while the writer applies the one \
+    before, and applied batches are freed beside the next decode, not by the writer; the writer's \
+    statements stay prepared, a batch writes each session it touched once, a record seen for the first \
+    time is written from the event's own object without a merge, and a rebuild keeps invocation folds in \
+    memory across batches, so most invocations' rows are written once. A profile of the rebuild \
+    (perf, on-CPU and sched_switch) puts the writer busy most of the main phase, the decoder at about \
+    half a core (the strict parse into a JSON value is about a quarter of all the rebuild's CPU), and \
+    the last fifth of the wall time in `finish_rebuild` alone: the invocation rows held until then and \
+    the secondary indexes, on one thread. Of the writer's own time SQLite takes about a third, binding \
+    (text copied into SQLite) a sixth, the invocation fold a tenth, and records merged through JSON \
+    (a result, hook or progress whose row exists: load, merge, typed decode, serialize) most of the \
+    rest. What would close it: hold the records an invocation owns in memory beside its fold and write \
+    them typed, without the JSON round trip; write the held invocation rows while the ledger is still \
+    being read rather than all at the end; and parse entries straight into the typed event instead of \
+    through a JSON value";
 
 fn apply_only(path: &std::path::Path, entries: &[PendingEntry], batch: usize) -> anyhow::Result<()> {
     let mut store = toolledger_projector::Store::open_for_rebuild(path, Default::default())?;
@@ -517,9 +521,13 @@ const EXPORT_MISS: &str = "the baseline writes the rows export writes (four tabl
     writes five tables partitioned by tenant and date with manifests. Entries are parsed and classified on \
     a second thread while the tracker builds rows, but reading a batch, applying it and encoding a range \
     still take turns: a range is encoded only when it closes (its partitions on both cores), while nothing is \
-    applied. What \
-    would close it: read the next batch while one is applied, encode row groups as they fill on the second \
-    core, and buffer more rows per flush so each partition gets fewer, larger files.";
+    applied. A profile of the suite (perf, one run) puts the decoding thread — leaf hash, strict parse \
+    into a JSON value, classification — busiest, about two thirds of the export's wall time, the parse \
+    over half of it, while the two cores together are about 60 % busy. Tried and not kept: splitting \
+    each decoded chunk over both of rayon's threads (slower: the tracker, reader and nats-server want \
+    the same cores). What would close it: read the next batch while one is applied, encode row groups \
+    as they fill on the second core, parse entries straight into the typed event instead of through a \
+    JSON value, and buffer more rows per flush so each partition gets fewer, larger files.";
 
 /// `verify_ledger` (read from NATS, parse, leaf hash, tree, checkpoints, tiles) beside SHA-256 of
 /// the same entry bytes in memory.

@@ -569,7 +569,11 @@ pub async fn latency(options: &Options) -> anyhow::Result<Section> {
              SQLite commit and up to one poll interval. Events not queryable {drain} s after the last \
              send are counted as missed and left out of the percentiles (never waited for longer). \
              `to_ingest` splits each latency at the ledger entry's `ingested_at` (when ingest \
-             classified it): publish → ingest picked it up, and from there → queryable. Between loads \
+             classified it): publish → ingest picked it up, and from there → queryable; for a sample \
+             of about {sample} events a load, the part after ingest is split again at the instant \
+             nats-server stored the entry in ATL_LEDGER (its message timestamp, read back after the \
+             load): ingest's append (the rest of its batch, the atomic append and its commit ack), then \
+             the projector (its read, decode, SQLite transaction) and the poll. Between loads \
              the pipeline is let drain (at most {idle} s).\n\n\
              **Maximum sustained rate**: a burst of {burst} events published as fast as the client \
              takes them; rate = events queryable / (last queryable − first send), beside the burst's own \
@@ -585,6 +589,7 @@ pub async fn latency(options: &Options) -> anyhow::Result<Section> {
             poll = WATCH_EVERY.as_millis(),
             drain = drain.as_secs(),
             idle = IDLE_BOUND.as_secs(),
+            sample = LEDGER_SAMPLE,
             burst = scale.burst_events,
             sat = saturation_bound(scale.burst_events).as_secs(),
         ),
@@ -630,6 +635,8 @@ pub async fn latency(options: &Options) -> anyhow::Result<Section> {
         let p99 = figure_median(&section, &ids.p99);
         let to_ingest = figure_median(&section, &ids.to_ingest_p99);
         let after = figure_median(&section, &ids.after_ingest_p99);
+        let to_ledger = figure_median(&section, &ids.to_ledger_p99);
+        let projected = figure_median(&section, &ids.ledger_to_queryable_p99);
         let rate = figure_median(&section, &ids.rate);
         let behind = max.median < load as f64 || figure_median(&section, &ids.missed) > 0.0;
         let why = if behind || rate < 0.95 * load as f64 {
@@ -663,12 +670,25 @@ pub async fn latency(options: &Options) -> anyhow::Result<Section> {
             )
         } else {
             format!(
-                "most of the p99 ({after:.1} ms of {p99:.1} ms) comes after ingest classified the event: \
-                 the rest of its batch's classification, the ledger append with its acks, the \
-                 identity-index commit and the acks, then the projector's read of ATL_LEDGER and its \
-                 SQLite transaction (this bench does not split that part further). A pipelined ingest \
-                 loop (append batch N while classifying N+1) shortens the first half; smaller batches \
-                 under light load shorten both."
+                "most of the p99 ({after:.1} ms of {p99:.1} ms) comes after ingest classified the event. \
+                 Split at the instant the entry was stored in ATL_LEDGER (a sample): ingested ─▶ stored \
+                 p99 {to_ledger:.1} ms (the rest of ingest's batch and its atomic append), stored ─▶ \
+                 queryable p99 {projected:.1} ms (the projector's read, decode and SQLite transaction, \
+                 and the poll), so the {stage} is the larger part{detail}",
+                stage = if projected >= to_ledger {
+                    "projector"
+                } else {
+                    "ingest's append"
+                },
+                detail = if projected >= to_ledger {
+                    ": it reads, decodes and applies the ledger in batches of what is ready, one SQLite \
+                     transaction (WAL, synchronous=NORMAL) each, so an entry waits for the batch in hand \
+                     and then its own to be decoded, applied and committed. Smaller batches under light \
+                     load, or a commit that does not wait for the whole batch, would shorten it."
+                } else {
+                    ": an entry waits for the rest of its batch to be classified and the batch's atomic \
+                     append and commit ack; smaller batches under light load would shorten it."
+                }
             )
         };
         section.targets.push(
@@ -1028,6 +1048,10 @@ async fn wait_quarantined(js: &jetstream::Context, sent: usize) -> anyhow::Resul
     }
 }
 
+/// Events of one offered load whose ledger entry's stored time is looked up, at most (about): one
+/// direct read each, after the load.
+const LEDGER_SAMPLE: usize = 2_000;
+
 /// How long after the last send a load's events may take to become queryable.
 fn drain_bound(load_secs: u64) -> Duration {
     Duration::from_secs(load_secs.max(5))
@@ -1043,6 +1067,8 @@ struct LoadIds {
     p99: String,
     to_ingest_p99: String,
     after_ingest_p99: String,
+    to_ledger_p99: String,
+    ledger_to_queryable_p99: String,
     rate: String,
     missed: String,
 }
@@ -1056,6 +1082,8 @@ struct LoadFigures {
     max: Vec<f64>,
     to_ingest_p99: Vec<f64>,
     after_ingest_p99: Vec<f64>,
+    to_ledger_p99: Vec<f64>,
+    ledger_to_queryable_p99: Vec<f64>,
     rate: Vec<f64>,
     missed: Vec<f64>,
 }
@@ -1070,6 +1098,10 @@ impl LoadFigures {
             .push(percentile(&mut outcome.to_ingest_ms.clone(), 0.99));
         self.after_ingest_p99
             .push(percentile(&mut outcome.after_ingest_ms.clone(), 0.99));
+        self.to_ledger_p99
+            .push(percentile(&mut outcome.to_ledger_ms.clone(), 0.99));
+        self.ledger_to_queryable_p99
+            .push(percentile(&mut outcome.ledger_to_queryable_ms.clone(), 0.99));
         self.rate.push(outcome.sent.send_rate());
         self.missed.push(outcome.missed as f64);
     }
@@ -1102,6 +1134,18 @@ impl LoadFigures {
             "ingested ─▶ queryable p99",
             self.after_ingest_p99,
         );
+        ms(
+            section,
+            "to_ledger_p99",
+            "ingested ─▶ stored in ATL_LEDGER p99 (a sample)",
+            self.to_ledger_p99,
+        );
+        ms(
+            section,
+            "ledger_to_queryable_p99",
+            "stored in ATL_LEDGER ─▶ queryable p99 (a sample)",
+            self.ledger_to_queryable_p99,
+        );
         section.figure(Figure::new(
             &id("rate"),
             &format!("achieved offer at {load} events/s{context}"),
@@ -1120,6 +1164,8 @@ impl LoadFigures {
             p99: id("p99"),
             to_ingest_p99: id("to_ingest_p99"),
             after_ingest_p99: id("after_ingest_p99"),
+            to_ledger_p99: id("to_ledger_p99"),
+            ledger_to_queryable_p99: id("ledger_to_queryable_p99"),
             rate: id("rate"),
             missed: id("missed"),
         }
@@ -1575,6 +1621,8 @@ impl Pipeline {
         let mut to_ingest_ms = Vec::with_capacity(keys.len());
         let mut to_ingest_sent = Vec::with_capacity(keys.len());
         let mut after_ingest_ms = Vec::with_capacity(keys.len());
+        let mut stored = Vec::new(); // (ingested, seen) of the sampled events, by ledger seq
+        let sample_every = (keys.len() / LEDGER_SAMPLE).max(1);
         let mut last_queryable = None;
         for (i, s) in seen.iter().enumerate() {
             let Some(s) = s else { continue };
@@ -1592,7 +1640,27 @@ impl Pipeline {
                     to_ingest_ms.push(ms(before));
                     to_ingest_sent.push(sent_at);
                     after_ingest_ms.push(ms(after));
+                    if i % sample_every == 0 {
+                        stored.push((s.seq, ingested, seen_wall));
+                    }
                 }
+            }
+        }
+        // When the server stored each sampled entry in the ledger: splits ingested ─▶ queryable
+        // into ingest's append and the projector's part.
+        let (mut to_ledger_ms, mut ledger_to_queryable_ms) = (Vec::new(), Vec::new());
+        let ledger = self.js.get_stream(LEDGER).await?;
+        for (seq, ingested, seen_wall) in stored {
+            let Ok(message) = ledger.get_raw_message(seq).await else {
+                continue;
+            };
+            let in_ledger = SystemTime::from(message.time);
+            if let (Ok(append), Ok(project)) = (
+                in_ledger.duration_since(ingested),
+                seen_wall.duration_since(in_ledger),
+            ) {
+                to_ledger_ms.push(ms(append));
+                ledger_to_queryable_ms.push(ms(project));
             }
         }
         Ok(Offered {
@@ -1602,6 +1670,8 @@ impl Pipeline {
             to_ingest_ms,
             to_ingest_sent,
             after_ingest_ms,
+            to_ledger_ms,
+            ledger_to_queryable_ms,
             last_queryable,
             sent,
         })
@@ -1710,6 +1780,10 @@ struct Offered {
     /// When each of `to_ingest_ms`' events was sent.
     to_ingest_sent: Vec<Instant>,
     after_ingest_ms: Vec<f64>,
+    /// For a sample of the events ([`LEDGER_SAMPLE`]): ingested ─▶ stored in ATL_LEDGER (the
+    /// server's timestamp of the entry), and from there ─▶ queryable.
+    to_ledger_ms: Vec<f64>,
+    ledger_to_queryable_ms: Vec<f64>,
     last_queryable: Option<Instant>,
     sent: Sent,
 }
@@ -1747,6 +1821,8 @@ pub(crate) type EventKey = (String, String);
 struct Seen {
     at: Instant,
     ingested: Option<SystemTime>,
+    /// The entry's ATL_LEDGER sequence.
+    seq: u64,
 }
 
 /// Polls the projection read-only and records when each event id first shows up.
@@ -1818,7 +1894,7 @@ impl Watcher {
         };
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         let mut recent = None;
-        for (_, source, id, ingested_at, tenant, invocation) in rows {
+        for (seq, source, id, ingested_at, tenant, invocation) in rows {
             if let (Some(tenant), Some(invocation)) = (tenant, invocation) {
                 recent = Some((tenant, invocation));
             }
@@ -1828,7 +1904,8 @@ impl Watcher {
             let ingested = ingested_at
                 .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
                 .map(SystemTime::from);
-            seen.entry((source, id)).or_insert(Seen { at, ingested });
+            let seq = u64::try_from(seq).unwrap_or(0);
+            seen.entry((source, id)).or_insert(Seen { at, ingested, seq });
         }
         drop(seen);
         if recent.is_some() {
