@@ -287,14 +287,21 @@ async fn pump<S: Future<Output = ()>>(
             })
             .collect();
         let spent: Vec<DecodedBatch> = applied.try_iter().collect();
-        let entries = tokio::task::spawn_blocking(move || {
+        let decoded = tokio::task::spawn_blocking(move || {
             drop(spent);
             DecodedBatch::decode(entries)
         })
-        .await
-        .map_err(|e| Error::WriterStopped {
-            reason: format!("decoding a batch: {e}"),
-        })?;
+        .await;
+        let entries = match decoded {
+            Ok(entries) => entries,
+            Err(e) => {
+                drop(tx);
+                let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+                return Err(Error::WriterStopped {
+                    reason: format!("decoding a batch: {e}"),
+                });
+            }
+        };
         tokio::select! {
             biased;
             () = shutdown.as_mut() => break PumpEnd::Shutdown,

@@ -90,14 +90,15 @@ impl Ctx<'_> {
 pub(crate) fn apply_decoded(
     tx: &Transaction<'_>,
     seq: u64,
-    decoded: &mut DecodedEntry,
+    decoded: &DecodedEntry,
     state: &StateConfig,
     invocations: &mut Invocations,
     sessions: &mut Sessions,
 ) -> Result<String> {
-    let leaf = std::mem::take(&mut decoded.leaf);
+    // Only read: a batch whose transaction failed can be applied again from the same entries.
+    let leaf = decoded.leaf.clone();
     let seq = i64::try_from(seq).unwrap_or(i64::MAX);
-    let (entry, classified) = match &mut decoded.entry {
+    let (entry, classified) = match &decoded.entry {
         Ok(entry) => entry,
         Err(error) => {
             tracing::warn!(seq, %error, "ledger entry does not decode; indexed with its problem");
@@ -106,10 +107,10 @@ pub(crate) fn apply_decoded(
         }
     };
     let class = classified.class;
-    let problem = classified.problem.take();
-    let session = classified.session_id.take();
-    let invocation_id = classified.invocation_id.take();
-    let LedgerEntry { event, ledger } = &*entry;
+    let problem = classified.problem.clone();
+    let session = classified.session_id.clone();
+    let invocation_id = classified.invocation_id.clone();
+    let LedgerEntry { event, ledger } = entry;
     let text = |value: Option<&str>| value.map(str::to_owned);
     let tenant = event.extension_str("tenant").unwrap_or_default().to_owned();
     let time = event.time().map(format_time);
@@ -324,30 +325,54 @@ pub(crate) struct Sessions(HashMap<String, HashMap<String, SessionSpan>>);
 struct SessionSpan {
     first_seq: i64,
     last_seq: i64,
-    /// The earliest event time (nanoseconds, text); the first entry's among equal times.
-    first_time: Option<(i64, String)>,
+    /// The earliest event time; the first entry's among equal times.
+    first: SessionTime,
     /// The latest event time; the first entry's among equal times.
-    last_time: Option<(i64, String)>,
+    last: SessionTime,
     count: i64,
+}
+
+/// An event time as the sessions table keeps it: its text, and its nanoseconds when it has them
+/// (a time outside 1677–2262 has text but no nanoseconds, and only the first entry's is kept).
+struct SessionTime {
+    text: Option<String>,
+    ns: Option<i64>,
+}
+
+impl SessionTime {
+    fn new(text: Option<&str>, ns: Option<i64>) -> SessionTime {
+        SessionTime {
+            text: text.map(str::to_owned),
+            ns,
+        }
+    }
+
+    /// Takes the entry's time when `wins(its ns, this ns)`, as the upsert does: a time without
+    /// nanoseconds never replaces one, and one with them always replaces one without.
+    fn take_if(&mut self, text: Option<&str>, ns: Option<i64>, wins: impl Fn(i64, i64) -> bool) {
+        if let Some(ns) = ns
+            && self.ns.is_none_or(|kept| wins(ns, kept))
+        {
+            *self = SessionTime::new(text, Some(ns));
+        }
+    }
 }
 
 impl Sessions {
     /// Counts the entry at `seq` (entries come in ledger order) into its session.
     fn saw(&mut self, tenant: &str, session: &str, seq: i64, time: Option<&str>, time_ns: Option<i64>) {
-        let time = time.zip(time_ns).map(|(text, ns)| (ns, text));
         let sessions = match self.0.get_mut(tenant) {
             Some(sessions) => sessions,
             None => self.0.entry(tenant.to_owned()).or_default(),
         };
         let Some(span) = sessions.get_mut(session) else {
-            let time = time.map(|(ns, text)| (ns, text.to_owned()));
             sessions.insert(
                 session.to_owned(),
                 SessionSpan {
                     first_seq: seq,
                     last_seq: seq,
-                    first_time: time.clone(),
-                    last_time: time,
+                    first: SessionTime::new(time, time_ns),
+                    last: SessionTime::new(time, time_ns),
                     count: 1,
                 },
             );
@@ -355,22 +380,25 @@ impl Sessions {
         };
         span.last_seq = seq;
         span.count += 1;
-        if let Some((ns, text)) = time {
-            if span.first_time.as_ref().is_none_or(|(first, _)| ns < *first) {
-                span.first_time = Some((ns, text.to_owned()));
-            }
-            if span.last_time.as_ref().is_none_or(|(last, _)| ns > *last) {
-                span.last_time = Some((ns, text.to_owned()));
-            }
-        }
+        span.first.take_if(time, time_ns, |ns, kept| ns < kept);
+        span.last.take_if(time, time_ns, |ns, kept| ns > kept);
     }
 
-    /// Writes every session the batch touched into `tx`, merged with its stored row.
+    /// Writes every session the batch touched into `tx`, merged with its stored row, in the order
+    /// of their first entries (so rows are inserted in the same order however entries are batched).
     pub(crate) fn write(self, tx: &Transaction<'_>) -> Result<()> {
-        for (tenant, sessions) in self.0 {
-            for (session, span) in sessions {
-                upsert_session(tx, &tenant, &session, &span)?;
-            }
+        let mut spans: Vec<(String, String, SessionSpan)> = self
+            .0
+            .into_iter()
+            .flat_map(|(tenant, sessions)| {
+                sessions
+                    .into_iter()
+                    .map(move |(session, span)| (tenant.clone(), session, span))
+            })
+            .collect();
+        spans.sort_unstable_by_key(|(_, _, span)| span.first_seq);
+        for (tenant, session, span) in &spans {
+            upsert_session(tx, tenant, session, span)?;
         }
         Ok(())
     }
@@ -401,10 +429,10 @@ fn upsert_session(tx: &Transaction<'_>, tenant: &str, session: &str, span: &Sess
         session,
         span.first_seq,
         span.last_seq,
-        span.first_time.as_ref().map(|(_, text)| text),
-        span.first_time.as_ref().map(|(ns, _)| ns),
-        span.last_time.as_ref().map(|(_, text)| text),
-        span.last_time.as_ref().map(|(ns, _)| ns),
+        span.first.text,
+        span.first.ns,
+        span.last.text,
+        span.last.ns,
         span.count
     ])
     .sql("upsert session")?;

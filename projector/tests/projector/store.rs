@@ -203,8 +203,23 @@ fn the_projection_is_the_same_whatever_the_batches() {
         plant_anomalies: true,
         ..GeneratorConfig::default()
     });
-    let all: Vec<RawEntry> = generated
-        .events
+    // Times outside 1677–2262 have no nanoseconds: the sessions keep their text only while no
+    // entry with nanoseconds comes (the first session's first entry, another's later one).
+    let mut events = generated.events.clone();
+    let session_of = |event: &serde_json::Value| event["sessionid"].as_str().map(str::to_owned);
+    let first_session = session_of(&events[0]);
+    events[0]["time"] = "1500-01-01T00:00:00Z".into();
+    let later = events
+        .iter()
+        .rposition(|event| session_of(event).is_some() && session_of(event) != first_session)
+        .unwrap();
+    events[later]["time"] = "2300-01-01T00:00:00Z".into();
+    // And a session with no other time than one without nanoseconds: it keeps that text.
+    let mut lone = events[0].clone();
+    lone["id"] = "lone-out-of-range".into();
+    lone["sessionid"] = "session-out-of-range".into();
+    events.push(lone);
+    let all: Vec<RawEntry> = events
         .iter()
         .zip(1u64..)
         .map(|(event, seq)| RawEntry {
@@ -223,6 +238,13 @@ fn the_projection_is_the_same_whatever_the_batches() {
         store.table_contents().unwrap()
     };
     let one_by_one = contents(1);
+    assert!(
+        one_by_one["sessions"]
+            .iter()
+            .any(|row| row.contains("session-out-of-range") && row.contains("1500-01-01")),
+        "{:?}",
+        one_by_one["sessions"]
+    );
     for batch in [7, 100, all.len()] {
         assert_eq!(contents(batch), one_by_one, "batches of {batch}");
     }
