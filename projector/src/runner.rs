@@ -343,9 +343,9 @@ fn spawn_writer(
         let mut last_log = started;
         let mut applied_since_log = 0u64;
         let mut applied = 0u64;
-        while let Some(mut batch) = rx.blocking_recv() {
+        while let Some(batch) = rx.blocking_recv() {
             let before = store.position()?;
-            let position = store.apply_decoded_batch(&mut batch)?;
+            let position = store.apply_decoded_batch(&batch)?;
             // Freed where it was decoded, not here (the reader may have stopped: then here).
             let _ = give_back.send(batch);
             let done = position - before;

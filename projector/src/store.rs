@@ -365,12 +365,12 @@ impl Store {
 
     /// [`Self::apply_batch`] of entries decoded beforehand ([`DecodedBatch::decode`], e.g. on
     /// another thread while this store applied the batch before).
-    pub fn apply_decoded_batch(&mut self, batch: &mut DecodedBatch) -> Result<u64> {
-        let DecodedBatch { entries, decoded } = batch;
-        self.apply_entries(entries, Some(decoded))
+    /// The batch is only read, so one whose transaction failed can be applied again.
+    pub fn apply_decoded_batch(&mut self, batch: &DecodedBatch) -> Result<u64> {
+        self.apply_entries(&batch.entries, Some(&batch.decoded))
     }
 
-    fn apply_entries(&mut self, entries: &[RawEntry], decoded: Option<&mut [DecodedEntry]>) -> Result<u64> {
+    fn apply_entries(&mut self, entries: &[RawEntry], decoded: Option<&[DecodedEntry]>) -> Result<u64> {
         let state = self.state;
         let tx = self.conn.transaction().sql("begin batch")?;
         let mut position: u64 = tx
@@ -402,7 +402,7 @@ impl Store {
             Mode::Rebuild(folds) => (folds, true),
             Mode::Broken => return Err(Error::RebuildBroken),
         };
-        let mut apply = |entry: &RawEntry, decoded: &mut DecodedEntry| {
+        let mut apply = |entry: &RawEntry, decoded: &DecodedEntry| {
             leaf = Some(apply::apply_decoded(
                 &tx,
                 entry.seq,
@@ -416,14 +416,14 @@ impl Store {
         match decoded {
             Some(decoded) => new
                 .iter()
-                .zip(decoded.iter_mut().skip(skipped))
+                .zip(&decoded[skipped..])
                 .try_for_each(|(entry, decoded)| apply(entry, decoded))?,
             // Parsing and classifying entries needs no database: a second thread does it, a
             // bounded distance ahead, while this one writes.
             None => toolledger_ledger::decode_ahead(
                 new,
                 |entry| toolledger_ledger::decode_entry(&entry.bytes),
-                apply,
+                |entry, decoded| apply(entry, decoded),
             )?,
         }
         if let Some(last) = new.last() {

@@ -85,8 +85,8 @@ impl Ctx<'_> {
 
 /// Applies the entry at `seq`, decoded by [`toolledger_ledger::decode_entry`]; returns its leaf
 /// hash (hex). Invocation rows are written by
-/// [`Invocations::write`] at the end of the batch. The entry is only read (what is left of it is
-/// freed on the decoder's thread, [`toolledger_ledger::decode_ahead`]).
+/// [`Invocations::write`] at the end of the batch. The entry is only read (it is freed where it
+/// was decoded, and a batch whose transaction failed can be applied again).
 pub(crate) fn apply_decoded(
     tx: &Transaction<'_>,
     seq: u64,
@@ -95,7 +95,6 @@ pub(crate) fn apply_decoded(
     invocations: &mut Invocations,
     sessions: &mut Sessions,
 ) -> Result<String> {
-    // Only read: a batch whose transaction failed can be applied again from the same entries.
     let leaf = decoded.leaf.clone();
     let seq = i64::try_from(seq).unwrap_or(i64::MAX);
     let (entry, classified) = match &decoded.entry {

@@ -252,10 +252,9 @@ fn the_projection_is_the_same_whatever_the_batches() {
     // (entries already applied are skipped).
     let mut store = Store::open(&dir.path().join("decoded.sqlite"), Default::default()).unwrap();
     for start in (0..all.len()).step_by(40) {
-        let mut batch =
-            DecodedBatch::decode(all[start.saturating_sub(10)..(start + 40).min(all.len())].to_vec());
+        let batch = DecodedBatch::decode(all[start.saturating_sub(10)..(start + 40).min(all.len())].to_vec());
         assert_eq!(
-            store.apply_decoded_batch(&mut batch).unwrap(),
+            store.apply_decoded_batch(&batch).unwrap(),
             batch.entries().last().unwrap().seq
         );
     }
