@@ -424,7 +424,7 @@ fn gib(bytes: u64) -> f64 {
 }
 
 /// `10000000` ─▶ `10M`, `20000` ─▶ `20k`.
-fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
         format!("{}M-entry", n / 1_000_000)
     } else if n >= 1_000 && n.is_multiple_of(1_000) {

@@ -11,6 +11,8 @@
 //!         rebuild  projector rebuild vs raw SQLite insert
 //!         export   Parquet export vs raw arrow write
 //!         verify   verify vs raw SHA-256
+//!         reads    a 1M-entry projection: rebuild and export at that size, bytes/entry, and the
+//!                  API's reads (reconstruct, listings) idle and while the projector applies
 //!         bulk     a 10M-entry ledger built quickly; size-dependent figures (bytes/entry, proofs)
 //!         soak     RSS of each service over a long run at a steady load
 //!         sdk      the producer SDKs' emit into the durable spool vs raw appends, per fsync policy
@@ -28,6 +30,7 @@ mod offline;
 mod otlp;
 mod partitions;
 mod pipeline;
+mod reads;
 mod sdk;
 
 use std::path::PathBuf;
@@ -36,7 +39,7 @@ use std::time::Instant;
 use report::{Report, Section};
 
 /// Every suite, in the order a full run takes them.
-pub const SUITES: [&str; 12] = [
+pub const SUITES: [&str; 13] = [
     "ingest",
     "partitions",
     "otlp",
@@ -46,6 +49,7 @@ pub const SUITES: [&str; 12] = [
     "rebuild",
     "export",
     "verify",
+    "reads",
     "bulk",
     "soak",
     "sdk",
@@ -86,6 +90,12 @@ pub struct Scale {
     pub burst_events: usize,
     /// Events of one tenant's burst in the burst suite.
     pub tenant_burst: usize,
+    /// Distinct entries of the reads suite's ledger.
+    pub reads_entries: usize,
+    /// Entries/s appended while the reads suite reads beside the projector.
+    pub reads_apply_rate: u64,
+    /// Seconds of those appends, per run.
+    pub reads_apply_secs: u64,
     /// Entries of the bulk-built ledger.
     pub bulk_entries: u64,
     /// Seconds of the soak run.
@@ -105,6 +115,9 @@ impl Scale {
             load_secs: 10,
             burst_events: 30_000,
             tenant_burst: 200_000,
+            reads_entries: 1_000_000,
+            reads_apply_rate: 20_000,
+            reads_apply_secs: 10,
             bulk_entries: 10_000_000,
             soak_secs: 600,
             soak_runs: None,
@@ -120,6 +133,9 @@ impl Scale {
             load_secs: 2,
             burst_events: 500,
             tenant_burst: 3_000,
+            reads_entries: 5_000,
+            reads_apply_rate: 1_000,
+            reads_apply_secs: 2,
             bulk_entries: 20_000,
             soak_secs: 6,
             soak_runs: None,
@@ -171,6 +187,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
             "rebuild" => offline::rebuild(&options).await?,
             "export" => offline::export(&options).await?,
             "verify" => offline::verify(&options).await?,
+            "reads" => reads::reads(&options).await?,
             "bulk" => bulk::bulk(&options).await?,
             "sdk" => sdk::sdk(&options).await?,
             other => anyhow::bail!("unknown suite {other}"),

@@ -18,26 +18,31 @@ use crate::Options;
 use crate::report::{Better, Bound, Figure, Section, TargetCheck};
 use crate::workload::{self, LedgerLoader, Server};
 
-/// A fresh server holding `scale.events` generated entries with signed checkpoints.
-struct Ledger {
+/// A fresh server holding generated entries with signed checkpoints.
+pub(crate) struct Ledger {
     // Clients first: fields drop in order, and a client outliving its server logs reconnect errors.
-    js: async_nats::jetstream::Context,
-    loader: LedgerLoader,
-    entries: Vec<PendingEntry>,
+    pub(crate) js: async_nats::jetstream::Context,
+    pub(crate) loader: LedgerLoader,
+    pub(crate) entries: Vec<PendingEntry>,
     _tiles: tempfile::TempDir,
-    server: Server,
+    pub(crate) server: Server,
 }
 
 impl Ledger {
+    /// `scale.events` generated entries.
     async fn build(options: &Options) -> anyhow::Result<Self> {
+        let events = workload::events(options.scale.events, 1);
+        Self::load(options, workload::ledger_entries(&events)?).await
+    }
+
+    /// A ledger of `entries`, appended in order.
+    pub(crate) async fn load(options: &Options, entries: Vec<PendingEntry>) -> anyhow::Result<Self> {
         let server = Server::start(&options.nats_server, &options.work_dir)?;
         let js = server.jetstream().await?;
         let tiles = tempfile::Builder::new()
             .prefix("tiles-")
             .tempdir_in(&options.work_dir)?;
         let mut loader = LedgerLoader::open(js.clone(), tiles.path()).await?;
-        let events = workload::events(options.scale.events, 1);
-        let entries = workload::ledger_entries(&events)?;
         let started = Instant::now();
         loader.append(&entries).await?;
         loader.finish().await?;
@@ -56,7 +61,7 @@ impl Ledger {
         })
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
@@ -77,7 +82,7 @@ impl Ledger {
         Ok(rate(count, started.elapsed()))
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "{} ledger entries of the generator's mix (three tenants, all 27 classes; mean {:.0} bytes of \
              canonical entry), appended to ATL_LEDGER on a fresh nats-server with a signed checkpoint every \
@@ -101,55 +106,15 @@ fn progress(suite: &str, run: usize, runs: usize, line: &str) {
 pub async fn rebuild(options: &Options) -> anyhow::Result<Section> {
     let ledger = Ledger::build(options).await?;
     let batch = toolledger_projector::Options::new(options.work_dir.clone()).batch_size;
-    let (mut rebuild, mut raw, mut read, mut apply) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut db_bytes = 0u64;
-    let mut rows = None;
-    for run in 0..options.runs {
-        let data = tempfile::Builder::new()
-            .prefix("rebuild-")
-            .tempdir_in(&options.work_dir)?;
-        read.push(ledger.read_rate().await?);
+    let RebuildRuns {
+        rebuild,
+        raw,
+        apply,
+        read,
+        db_bytes,
+        ..
+    } = measure_rebuild(options, &ledger, "rebuild").await?;
 
-        let client = async_nats::connect(ledger.server.url()).await?;
-        let projector = toolledger_projector::Options::new(data.path().to_owned());
-        let started = Instant::now();
-        let summary = toolledger_projector::rebuild(client, &projector, std::future::pending()).await?;
-        rebuild.push(rate(ledger.len(), started.elapsed()));
-        anyhow::ensure!(
-            summary.switched && summary.position == ledger.len() as u64,
-            "rebuild stopped at {} of {}",
-            summary.position,
-            ledger.len()
-        );
-        db_bytes = workload::dir_bytes(&summary.generation.dir);
-        if rows.is_none() {
-            // The baseline's rows: what the rebuild wrote, read back once outside the timing.
-            let database = summary.generation.database();
-            rows = Some(tokio::task::block_in_place(|| ProjectionRows::read(&database))?);
-        }
-        let rows = rows.as_ref().unwrap_or_else(|| unreachable!("read above"));
-
-        let path = data.path().join("apply.sqlite");
-        let entries = &ledger.entries;
-        let started = Instant::now();
-        tokio::task::block_in_place(|| apply_only(&path, entries, batch))?;
-        apply.push(rate(ledger.len(), started.elapsed()));
-
-        let path = data.path().join("raw.sqlite");
-        let started = Instant::now();
-        let transactions = ledger.len().div_ceil(batch.max(1));
-        tokio::task::block_in_place(|| rows.insert_into(&path, transactions))?;
-        raw.push(rate(ledger.len(), started.elapsed()));
-        progress(
-            "rebuild",
-            run,
-            options.runs,
-            &format!(
-                "rebuild {:.0}/s, projector apply alone {:.0}/s, raw insert {:.0}/s, NATS read {:.0}/s",
-                rebuild[run], apply[run], raw[run], read[run]
-            ),
-        );
-    }
     let mut section = Section::new(
         "rebuild",
         "Rebuild beside raw SQLite insert",
@@ -199,6 +164,7 @@ pub async fn rebuild(options: &Options) -> anyhow::Result<Section> {
         read,
     ));
     let ratio = section.compare("rebuild_vs_raw_insert", &rebuild, &raw);
+    let db_bytes = db_bytes.last().copied().unwrap_or_default();
     section.notes.push(format!(
         "Projection size after the rebuild: {:.0} bytes per entry ({:.1} MB for {} entries, database and WAL).",
         db_bytes as f64 / ledger.len().max(1) as f64,
@@ -217,6 +183,89 @@ pub async fn rebuild(options: &Options) -> anyhow::Result<Section> {
         .explain_miss(REBUILD_MISS),
     );
     Ok(section)
+}
+
+/// Each run's rebuild, projector apply alone, raw insert of the rebuild's rows and NATS read, with
+/// the last run's projection (its data directory, `current` switched to the rebuilt generation).
+pub(crate) struct RebuildRuns {
+    pub(crate) rebuild: Vec<f64>,
+    pub(crate) raw: Vec<f64>,
+    pub(crate) apply: Vec<f64>,
+    pub(crate) read: Vec<f64>,
+    /// Each run's rebuilt generation's files (database and WAL), in bytes.
+    pub(crate) db_bytes: Vec<u64>,
+    pub(crate) data: tempfile::TempDir,
+}
+
+/// Rebuilds `ledger` `options.runs` times, each beside the raw insert of its rows and the apply
+/// without NATS; progress lines are the `suite`'s.
+pub(crate) async fn measure_rebuild(
+    options: &Options,
+    ledger: &Ledger,
+    suite: &str,
+) -> anyhow::Result<RebuildRuns> {
+    let batch = toolledger_projector::Options::new(options.work_dir.clone()).batch_size;
+    let (mut rebuild, mut raw, mut read, mut apply) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut db_bytes = Vec::new();
+    let mut rows = None;
+    let mut kept = None;
+    for run in 0..options.runs {
+        let data = tempfile::Builder::new()
+            .prefix("rebuild-")
+            .tempdir_in(&options.work_dir)?;
+        read.push(ledger.read_rate().await?);
+        let client = async_nats::connect(ledger.server.url()).await?;
+        let projector = toolledger_projector::Options::new(data.path().to_owned());
+        let started = Instant::now();
+        let summary = toolledger_projector::rebuild(client, &projector, std::future::pending()).await?;
+        rebuild.push(rate(ledger.len(), started.elapsed()));
+        anyhow::ensure!(
+            summary.switched && summary.position == ledger.len() as u64,
+            "rebuild stopped at {} of {}",
+            summary.position,
+            ledger.len()
+        );
+        db_bytes.push(workload::dir_bytes(&summary.generation.dir));
+        if rows.is_none() {
+            // The baseline's rows: what the rebuild wrote, read back once outside the timing.
+            let database = summary.generation.database();
+            rows = Some(tokio::task::block_in_place(|| ProjectionRows::read(&database))?);
+        }
+        let rows = rows.as_ref().unwrap_or_else(|| unreachable!("read above"));
+
+        let path = data.path().join("apply.sqlite");
+        let entries = &ledger.entries;
+        let started = Instant::now();
+        tokio::task::block_in_place(|| apply_only(&path, entries, batch))?;
+        apply.push(rate(ledger.len(), started.elapsed()));
+
+        let path = data.path().join("raw.sqlite");
+        let started = Instant::now();
+        let transactions = ledger.len().div_ceil(batch.max(1));
+        tokio::task::block_in_place(|| rows.insert_into(&path, transactions))?;
+        raw.push(rate(ledger.len(), started.elapsed()));
+        progress(
+            suite,
+            run,
+            options.runs,
+            &format!(
+                "rebuild {:.0}/s, projector apply alone {:.0}/s, raw insert {:.0}/s, NATS read {:.0}/s",
+                rebuild[run], apply[run], raw[run], read[run]
+            ),
+        );
+        // The raw and apply-alone databases are the baselines' scratch, not the projection.
+        std::fs::remove_file(data.path().join("apply.sqlite"))?;
+        std::fs::remove_file(data.path().join("raw.sqlite"))?;
+        kept = Some(data);
+    }
+    Ok(RebuildRuns {
+        rebuild,
+        raw,
+        apply,
+        read,
+        db_bytes,
+        data: kept.context("no runs")?,
+    })
 }
 
 /// Why the rebuild target is missed and what would close it (see the section's figures).
@@ -326,69 +375,12 @@ impl ProjectionRows {
 /// arrow-rs write of the same entries' `events` rows to one file.
 pub async fn export(options: &Options) -> anyhow::Result<Section> {
     let ledger = Ledger::build(options).await?;
-    // The baseline's rows, extracted once outside the timing.
-    let mut tracker = Tracker::default();
-    let mut rows = StageRows::default();
-    // Export closes a range every `rows_per_file` entries (and at the end), with a version of each
-    // invocation the range changed.
-    let per_range = usize::try_from(toolledger_export::exporter::DEFAULT_ROWS_PER_FILE)?;
-    for (i, entry) in ledger.entries.iter().enumerate() {
-        let out = tracker.apply(i as u64 + 1, &entry.bytes, true);
-        rows.events.extend(out.event);
-        rows.decisions.extend(out.decision);
-        rows.results.extend(out.result);
-        if (i + 1) % per_range == 0 || i + 1 == ledger.len() {
-            rows.invocations.extend(tracker.take_rows());
-        }
-    }
-    anyhow::ensure!(
-        rows.events.len() == ledger.len(),
-        "extracted {} of {} rows",
-        rows.events.len(),
-        ledger.len()
-    );
-    let (mut export, mut raw, mut read) = (Vec::new(), Vec::new(), Vec::new());
-    let mut parquet_bytes = 0u64;
-    for run in 0..options.runs {
-        let dir = tempfile::Builder::new()
-            .prefix("export-")
-            .tempdir_in(&options.work_dir)?;
-        read.push(ledger.read_rate().await?);
-
-        let location = dir.path().join("archive");
-        std::fs::create_dir_all(&location)?;
-        let archive = toolledger_export::Archive::open(location.to_str().context("archive path")?, &[])?;
-        let export_options = toolledger_export::Options {
-            until_caught_up: true,
-            max_delay: Duration::from_secs(3600),
-            ..toolledger_export::Options::new(archive)
-        };
-        let client = async_nats::connect(ledger.server.url()).await?;
-        let started = Instant::now();
-        let summary = toolledger_export::run(client, export_options, std::future::pending()).await?;
-        export.push(rate(ledger.len(), started.elapsed()));
-        anyhow::ensure!(
-            summary.entries as usize == ledger.len(),
-            "exported {} of {}",
-            summary.entries,
-            ledger.len()
-        );
-        parquet_bytes = summary.bytes;
-
-        let raw_dir = dir.path().join("raw");
-        let started = Instant::now();
-        tokio::task::block_in_place(|| rows.write(&raw_dir))?;
-        raw.push(rate(ledger.len(), started.elapsed()));
-        progress(
-            "export",
-            run,
-            options.runs,
-            &format!(
-                "export {:.0}/s, raw arrow write {:.0}/s, NATS read {:.0}/s",
-                export[run], raw[run], read[run]
-            ),
-        );
-    }
+    let ExportRuns {
+        export,
+        raw,
+        read,
+        parquet_bytes,
+    } = measure_export(options, &ledger, "export").await?;
     let mut section = Section::new(
         "export",
         "Export beside raw arrow write",
@@ -446,6 +438,92 @@ pub async fn export(options: &Options) -> anyhow::Result<Section> {
         .explain_miss(EXPORT_MISS),
     );
     Ok(section)
+}
+
+/// Each run's export, raw arrow write of its rows and NATS read, and the archive's size.
+pub(crate) struct ExportRuns {
+    pub(crate) export: Vec<f64>,
+    pub(crate) raw: Vec<f64>,
+    pub(crate) read: Vec<f64>,
+    pub(crate) parquet_bytes: u64,
+}
+
+/// Exports `ledger` `options.runs` times, each beside the raw write of its rows; progress lines are
+/// the `suite`'s.
+pub(crate) async fn measure_export(
+    options: &Options,
+    ledger: &Ledger,
+    suite: &str,
+) -> anyhow::Result<ExportRuns> {
+    // The baseline's rows, extracted once outside the timing.
+    let mut tracker = Tracker::default();
+    let mut rows = StageRows::default();
+    // Export closes a range every `rows_per_file` entries (and at the end), with a version of each
+    // invocation the range changed.
+    let per_range = usize::try_from(toolledger_export::exporter::DEFAULT_ROWS_PER_FILE)?;
+    for (i, entry) in ledger.entries.iter().enumerate() {
+        let out = tracker.apply(i as u64 + 1, &entry.bytes, true);
+        rows.events.extend(out.event);
+        rows.decisions.extend(out.decision);
+        rows.results.extend(out.result);
+        if (i + 1) % per_range == 0 || i + 1 == ledger.len() {
+            rows.invocations.extend(tracker.take_rows());
+        }
+    }
+    anyhow::ensure!(
+        rows.events.len() == ledger.len(),
+        "extracted {} of {} rows",
+        rows.events.len(),
+        ledger.len()
+    );
+    let (mut export, mut raw, mut read) = (Vec::new(), Vec::new(), Vec::new());
+    let mut parquet_bytes = 0u64;
+    for run in 0..options.runs {
+        let dir = tempfile::Builder::new()
+            .prefix("export-")
+            .tempdir_in(&options.work_dir)?;
+        read.push(ledger.read_rate().await?);
+
+        let location = dir.path().join("archive");
+        std::fs::create_dir_all(&location)?;
+        let archive = toolledger_export::Archive::open(location.to_str().context("archive path")?, &[])?;
+        let export_options = toolledger_export::Options {
+            until_caught_up: true,
+            max_delay: Duration::from_secs(3600),
+            ..toolledger_export::Options::new(archive)
+        };
+        let client = async_nats::connect(ledger.server.url()).await?;
+        let started = Instant::now();
+        let summary = toolledger_export::run(client, export_options, std::future::pending()).await?;
+        export.push(rate(ledger.len(), started.elapsed()));
+        anyhow::ensure!(
+            summary.entries as usize == ledger.len(),
+            "exported {} of {}",
+            summary.entries,
+            ledger.len()
+        );
+        parquet_bytes = summary.bytes;
+
+        let raw_dir = dir.path().join("raw");
+        let started = Instant::now();
+        tokio::task::block_in_place(|| rows.write(&raw_dir))?;
+        raw.push(rate(ledger.len(), started.elapsed()));
+        progress(
+            suite,
+            run,
+            options.runs,
+            &format!(
+                "export {:.0}/s, raw arrow write {:.0}/s, NATS read {:.0}/s",
+                export[run], raw[run], read[run]
+            ),
+        );
+    }
+    Ok(ExportRuns {
+        export,
+        raw,
+        read,
+        parquet_bytes,
+    })
 }
 
 /// The rows export writes for the ledger's four tables, extracted beforehand.

@@ -1468,7 +1468,7 @@ async fn query_load(addr: String, watcher: Arc<Watcher>, stop: Arc<AtomicBool>) 
 }
 
 /// GETs `path` from `addr` (host:port) and returns the status code.
-async fn http_get_status(addr: &str, path: &str) -> anyhow::Result<u16> {
+pub(crate) async fn http_get_status(addr: &str, path: &str) -> anyhow::Result<u16> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let request = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await?;

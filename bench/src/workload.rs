@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use bytes::Bytes;
 use chrono::{TimeZone, Utc};
+use rayon::prelude::*;
 use serde_json::Value;
 use toolledger_core::nats_server::{NatsServer, NatsServerSpec};
 use toolledger_ingest::append::PendingEntry;
@@ -34,7 +35,7 @@ pub fn ledger_entries(events: &[Value]) -> anyhow::Result<Vec<PendingEntry>> {
         .single()
         .context("fixed ingest time")?;
     events
-        .iter()
+        .par_iter()
         .map(|event| {
             let out = produce::prepare(event.clone(), None, Mode::Binary)?;
             let decoded = toolledger_wire::decode(&out.subject, Some(&out.headers), &out.payload)?;
@@ -43,6 +44,24 @@ pub fn ledger_entries(events: &[Value]) -> anyhow::Result<Vec<PendingEntry>> {
             Ok(PendingEntry::new(subject, Bytes::from(bytes)))
         })
         .collect()
+}
+
+/// `count` ledger entries of distinct generated events (no invocation or event id repeats, unlike
+/// a cycled base set), generated and converted in chunks so the JSON values of a million events
+/// are never all held at once.
+pub fn distinct_entries(count: usize, seed: u64) -> anyhow::Result<Vec<PendingEntry>> {
+    const CHUNK: usize = 20_000;
+    // A generator seed yields hundreds of events, so a chunk takes well under this many seeds and
+    // chunks never share one.
+    const SEEDS_PER_CHUNK: u64 = 1_000;
+    let mut entries = Vec::with_capacity(count);
+    let mut chunk_seed = seed;
+    while entries.len() < count {
+        let events = events(CHUNK.min(count - entries.len()), chunk_seed);
+        entries.extend(ledger_entries(&events)?);
+        chunk_seed += SEEDS_PER_CHUNK;
+    }
+    Ok(entries)
 }
 
 /// A nats-server with JetStream storing under a fresh directory in `work_dir`; both go away on drop.

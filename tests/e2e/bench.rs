@@ -168,10 +168,17 @@ fn smoke_run_of_the_pipeline_suites_reports_every_figure_and_target() {
 #[test]
 fn smoke_run_of_the_offline_and_bulk_suites_reports_every_figure_and_target() {
     let dir = tempfile::tempdir().unwrap();
-    let report = smoke_in(dir.path(), "rebuild,export,verify,bulk,sdk");
+    let report = smoke_in(dir.path(), "rebuild,export,verify,reads,bulk,sdk");
     // Verify is compared with raw SHA-256 and with its floor (the slower of that and the read); each
     // SDK (Rust, and the checkout's Python and TypeScript) with raw appends under each fsync policy.
-    for (id, comparisons) in [("rebuild", 1), ("export", 1), ("verify", 2), ("sdk", 6)] {
+    // The reads suite compares its rebuild and its export, each at its own size.
+    for (id, comparisons) in [
+        ("rebuild", 1),
+        ("export", 1),
+        ("verify", 2),
+        ("reads", 2),
+        ("sdk", 6),
+    ] {
         let section = section(&report, id);
         assert_figures_complete(section);
         assert_eq!(
@@ -193,6 +200,10 @@ fn smoke_run_of_the_offline_and_bulk_suites_reports_every_figure_and_target() {
             "rebuild ≥ 0.5 × raw insert",
             "export ≥ 0.7 × raw write",
             "verify ≥ 0.7 × the slower of raw hashing and the raw read",
+            "reconstruct p99 ≤ 2 ms in a 5k-entry ledger while the projector applies",
+            "sessions p99 ≤ 20 ms in a 5k-entry ledger while the projector applies",
+            "sessions_filtered p99 ≤ 20 ms in a 5k-entry ledger while the projector applies",
+            "invocations_filtered p99 ≤ 20 ms in a 5k-entry ledger while the projector applies",
             "inclusion proof p99 ≤ 5 ms in a 20k-entry ledger",
             "consistency proof p99 ≤ 5 ms in a 20k-entry ledger",
         ]
@@ -244,16 +255,16 @@ fn smoke_run_of_the_offline_and_bulk_suites_reports_every_figure_and_target() {
         .iter()
         .map(|s| s["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["rebuild", "export", "verify", "bulk", "sdk"]);
+    assert_eq!(ids, ["rebuild", "export", "verify", "reads", "bulk", "sdk"]);
     assert!(section(&rerun, "export").get("kept_from").is_none());
     assert_ne!(rerun["started_at"], report["started_at"]);
-    for id in ["rebuild", "verify", "bulk", "sdk"] {
+    for id in ["rebuild", "verify", "reads", "bulk", "sdk"] {
         let kept = section(&rerun, id);
         assert_eq!(kept["kept_from"]["started_at"], report["started_at"], "{id}");
         assert_eq!(kept["figures"], section(&report, id)["figures"], "{id}");
     }
     let markdown = std::fs::read_to_string(dir.path().join("report/report.md")).unwrap();
-    assert_eq!(markdown.matches("_Kept from an earlier run").count(), 4);
+    assert_eq!(markdown.matches("_Kept from an earlier run").count(), 5);
 }
 
 #[test]

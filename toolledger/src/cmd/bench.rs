@@ -32,6 +32,9 @@ pub struct Args {
     /// Events per run for the ingest, rebuild, export and verify suites.
     #[arg(long, value_name = "N")]
     events: Option<usize>,
+    /// Entries of the reads suite's ledger.
+    #[arg(long, value_name = "N")]
+    reads_entries: Option<usize>,
     /// Entries of the bulk-built ledger.
     #[arg(long, value_name = "N")]
     bulk_entries: Option<u64>,
@@ -59,6 +62,9 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let mut scale = if args.smoke { Scale::smoke() } else { Scale::full() };
     if let Some(n) = args.events {
         scale.events = n;
+    }
+    if let Some(n) = args.reads_entries {
+        scale.reads_entries = n;
     }
     if let Some(n) = args.bulk_entries {
         scale.bulk_entries = n;
