@@ -101,11 +101,17 @@ CREATE TABLE invocations (
     PRIMARY KEY (tenant, invocation_id)
 );
 -- Searches are ordered by first entry and paged by it; each filter the web view uses has an index
--- ending in first_seq, so a page is read in order and stops at its limit.
+-- ending in first_seq, so a page is read in order and stops at its limit (tool and status together
+-- too: with the tool's index alone a rare status read every invocation of the tool, 18 ms at 1M
+-- entries against 1 ms). A session's index carries its invocations' tool and state, so a session
+-- list filtered by them, and its per-session counts, read the index alone (a session list filtered
+-- by a rare tool and status read every invocation row of every session: 65 ms at 1M entries
+-- against 6 ms).
 CREATE INDEX invocations_by_tenant ON invocations (tenant, first_seq);
-CREATE INDEX invocations_by_session ON invocations (tenant, session_id, first_seq);
+CREATE INDEX invocations_by_session ON invocations (tenant, session_id, first_seq, tool_id, state);
 CREATE INDEX invocations_by_tool ON invocations (tenant, tool_id, first_seq);
 CREATE INDEX invocations_by_state ON invocations (tenant, state, first_seq);
+CREATE INDEX invocations_by_tool_state ON invocations (tenant, tool_id, state, first_seq);
 -- Reconstruct lists an invocation's retries in order: without first_seq here, SQLite (no ANALYZE
 -- statistics) chose invocations_by_tenant for the order and filtered the whole tenant: 279 ms at
 -- 1M entries against 0.05 ms.

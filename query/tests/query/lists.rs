@@ -462,6 +462,14 @@ fn the_lists_and_counts_the_web_view_reads_use_an_index_and_never_sort() {
             true,
             "SEARCH s USING INDEX sessions_by_tenant (tenant=? AND first_seq>?)",
         ),
+        // The session's index carries tool and state: its invocations are matched and counted
+        // from the index alone, never row by row.
+        (
+            "a tenant's sessions by tool, from the session's index alone",
+            PlannedRead::Sessions(&sessions_by_tool),
+            true,
+            "SEARCH i USING COVERING INDEX invocations_by_session (tenant=? AND session_id=?)",
+        ),
         (
             "a tenant's sessions by tool, status and time",
             PlannedRead::Sessions(&sessions_by_both),
@@ -502,7 +510,7 @@ fn the_lists_and_counts_the_web_view_reads_use_an_index_and_never_sort() {
             "a tenant's invocations of a tool in a state",
             PlannedRead::Search(&search_both),
             true,
-            "AND first_seq>?)",
+            "SEARCH i USING INDEX invocations_by_tool_state (tenant=? AND tool_id=? AND state=? AND first_seq>?)",
         ),
         (
             "a session's invocations",
@@ -526,13 +534,14 @@ fn the_lists_and_counts_the_web_view_reads_use_an_index_and_never_sort() {
             "a tenant's invocations of a tool, by state",
             PlannedRead::Counts(&search_tool, GroupBy::State),
             true,
-            "SEARCH i USING INDEX invocations_by_tool (tenant=? AND tool_id=?)",
+            "SEARCH i USING COVERING INDEX invocations_by_tool_state (tenant=? AND tool_id=?)",
         ),
         (
             "a tenant's invocations of a tool, by error class",
             PlannedRead::Counts(&search_tool, GroupBy::ErrorClass),
             true,
-            "SEARCH i USING INDEX invocations_by_tool (tenant=? AND tool_id=?)",
+            // Its own index, or the one of tool and state.
+            "SEARCH i USING INDEX invocations_by_tool",
         ),
         (
             "every tenant's invocations by state",
@@ -550,7 +559,8 @@ fn the_lists_and_counts_the_web_view_reads_use_an_index_and_never_sort() {
             "a tool's stats",
             PlannedRead::Stats(&stats_tool),
             true,
-            "SEARCH i USING INDEX invocations_by_tool (tenant=? AND tool_id=?)",
+            // Its own index, or the one of tool and state.
+            "SEARCH i USING INDEX invocations_by_tool",
         ),
         // Reconstruct's: without first_seq in invocations_by_retry, SQLite chose the tenant's
         // index for the order and filtered every invocation of the tenant (279 ms at 1M entries).
