@@ -7,6 +7,9 @@
 //!
 //! By default the store is a rebuild's (`Store::open_for_rebuild`, then `finish_rebuild`, timed);
 //! `follow` applies as the live projector does (`Store::open`, every batch's invocation rows).
+//! With `APPLY_ONTO=<generation directory>` (a projection's `gen-N`, e.g. one the bench's reads suite
+//! kept with `TOOLLEDGER_BENCH_KEEP_PROJECTION`), each run applies in follow mode onto a copy of that
+//! projection, from its position on: the live projector at the projection's size.
 //!
 //! Generates SESSIONS sessions (default 400: three tenants, all 27 classes, about 60 entries each),
 //! canonicalizes them as ingest would, then applies them RUNS times (default 5) in batches of BATCH
@@ -29,10 +32,16 @@ fn main() {
     let sessions = next(400);
     let runs = next(5).max(1);
     let batch = next(500).max(1);
-    let follow = std::env::args().nth(4).as_deref() == Some("follow");
+    let onto = std::env::var_os("APPLY_ONTO").map(std::path::PathBuf::from);
+    let follow = onto.is_some() || std::env::args().nth(4).as_deref() == Some("follow");
+    let start = onto.as_ref().map_or(0, |dir| {
+        let store = Store::open_readonly(&dir.join("toolledger.sqlite")).unwrap();
+        store.position().unwrap()
+    });
 
     let generated = generate(&GeneratorConfig {
-        seed: 23,
+        // Onto a projection of generated entries, a seed far from the ones that built it.
+        seed: if onto.is_some() { 999_983 } else { 23 },
         sessions,
         tenants: vec!["acme".to_owned(), "globex".to_owned(), "initech".to_owned()],
         extra_invocations: 3,
@@ -42,7 +51,7 @@ fn main() {
     let entries: Vec<RawEntry> = generated
         .events
         .iter()
-        .zip(1u64..)
+        .zip(start + 1..)
         .map(|(event, seq)| RawEntry {
             seq,
             bytes: toolledger_wire::LedgerEntry::for_structured_event(event, chrono::DateTime::UNIX_EPOCH)
@@ -61,6 +70,14 @@ fn main() {
     for run in 1..=runs {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("apply.sqlite");
+        if let Some(onto) = &onto {
+            for suffix in ["", "-wal"] {
+                let from = onto.join(format!("toolledger.sqlite{suffix}"));
+                if from.exists() {
+                    std::fs::copy(from, dir.path().join(format!("apply.sqlite{suffix}"))).unwrap();
+                }
+            }
+        }
         let mut store = if follow {
             Store::open(&path, Default::default()).unwrap()
         } else {

@@ -21,6 +21,9 @@ pub const SCHEMA_SQL: &str = include_str!("schema.sql");
 /// The schema version this build writes; a database with another is refused (rebuild it).
 pub const SCHEMA_VERSION: &str = "3";
 
+/// WAL pages between automatic checkpoints of a projection (40 MB of 4 KiB pages).
+const WAL_AUTOCHECKPOINT: i64 = 10_000;
+
 /// Prepared statements kept per connection: every statement of the apply path, with room to spare.
 const STATEMENT_CACHE: usize = 128;
 
@@ -122,6 +125,13 @@ impl Store {
             .sql("synchronous")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .sql("busy_timeout")?;
+        // Checkpoint the WAL every WAL_AUTOCHECKPOINT pages rather than SQLite's 1,000: a page the
+        // batches keep changing (an index's hot leaves, sessions) is copied back once per
+        // checkpoint, not once per 4 MB of WAL. At 1M entries the default spent a quarter of the
+        // apply in checkpoints (perf); this applies 15–25 % faster there (apply_bench onto a 1M
+        // projection). A larger page cache did not help measurably.
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT)
+            .sql("wal_autocheckpoint")?;
         // The apply path has about 35 distinct statements; rusqlite's default cache holds 16, so
         // a batch kept evicting and re-preparing them (6 % of the apply in a profile).
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
