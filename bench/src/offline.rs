@@ -210,6 +210,8 @@ pub(crate) async fn measure_rebuild(
     let mut rows = None;
     let mut kept = None;
     for run in 0..options.runs {
+        // The previous run's projection goes before this run writes another.
+        drop(kept.take());
         let data = tempfile::Builder::new()
             .prefix("rebuild-")
             .tempdir_in(&options.work_dir)?;

@@ -46,9 +46,9 @@ pub fn ledger_entries(events: &[Value]) -> anyhow::Result<Vec<PendingEntry>> {
         .collect()
 }
 
-/// `count` ledger entries of distinct generated events (no invocation or event id repeats, unlike
-/// a cycled base set), generated and converted in chunks so the JSON values of a million events
-/// are never all held at once.
+/// `count` ledger entries of generated events from distinct generator seeds (unlike a cycled base
+/// set; an id repeats only where two seeds' 32 random bits collide), generated and converted in
+/// chunks so the JSON values of a million events are never all held at once.
 pub fn distinct_entries(count: usize, seed: u64) -> anyhow::Result<Vec<PendingEntry>> {
     const CHUNK: usize = 20_000;
     // A generator seed yields hundreds of events, so a chunk takes well under this many seeds and
