@@ -191,7 +191,7 @@ fn table_bytes(database: &std::path::Path) -> anyhow::Result<Vec<(String, u64)>>
 
 /// What one phase of appends beside the projector measured.
 struct Phase {
-    /// Entries/s appended, from the start of pacing to the last append's ack.
+    /// Entries/s appended, from the start of pacing to the checkpoint signed after the last append.
     offered: f64,
     /// Entries/s applied, from the start of pacing to the projection's position reaching the last
     /// appended entry.
@@ -213,8 +213,12 @@ async fn under_apply(
     run: u64,
 ) -> anyhow::Result<Phase> {
     let target = ledger.loader.appended + fresh.len() as u64;
-    let (stop_projector, stopping) = tokio::sync::oneshot::channel::<()>();
+    let database = toolledger_projector::Generations::new(data)
+        .current()?
+        .context("no current generation")?
+        .database();
     let client = async_nats::connect(ledger.server.url()).await?;
+    let (stop_projector, stopping) = tokio::sync::oneshot::channel::<()>();
     let projector_options = toolledger_projector::Options::new(data.to_owned());
     let mut projector = tokio::spawn(async move {
         toolledger_projector::run(client, &projector_options, async move {
@@ -222,10 +226,6 @@ async fn under_apply(
         })
         .await
     });
-    let database = toolledger_projector::Generations::new(data)
-        .current()?
-        .context("no current generation")?
-        .database();
 
     // The reader is a task of its own, so the appender's work never runs inside a read's timing.
     let done = Arc::new(AtomicBool::new(false));
@@ -237,8 +237,9 @@ async fn under_apply(
             let (mut kind, mut next) = (0, Instant::now());
             while !done.load(Ordering::Relaxed) {
                 tokio::time::sleep_until(next.into()).await;
-                next += READ_EVERY;
                 reads[kind].run(addr, &probes, kind, 1, &mut rng).await?;
+                // At most one read every READ_EVERY: a slow read is not followed by a catch-up burst.
+                next = (next + READ_EVERY).max(Instant::now());
                 kind = (kind + 1) % KINDS.len();
             }
             anyhow::Ok(reads)
@@ -274,9 +275,11 @@ async fn under_apply(
     .await;
     done.store(true, Ordering::Relaxed);
     let _ = stop_projector.send(());
-    let reads = reader.await??;
+    // The phase's own failure first (the projector's, the appender's), then the reader's.
+    let reads = reader.await;
     let (offered, applied) = caught_up?;
     projector.await??;
+    let reads = reads??;
     Ok(Phase {
         offered,
         applied,
@@ -291,7 +294,7 @@ const READS_MISS: &str = "the same reads idle are within their bounds (compare t
     projector alone is behind the offered rate the whole phase (its catch-up rate is about a third of \
     the appended rate; its apply alone in follow mode onto a 1M-entry projection, with nothing else \
     running, is about 20k entries/s: `APPLY_ONTO=<gen dir> apply_bench 600 2`), so a read's tail is \
-    the wait for a core, not its own work (the p50 stays near its idle value). What would close it: a \
+    mostly the wait for a core, not its own work (the p50 about doubles, the p99 grows several times). What would close it: a \
     projector apply cheap enough to keep up with ingest on its share of the machine, or reads served \
     from cores the writers do not share";
 
@@ -299,8 +302,8 @@ const READS_MISS: &str = "the same reads idle are within their bounds (compare t
 const SESSIONS_FILTERED_MISS: &str = "a session list filtered by tool and status walks the tenant's \
     sessions in order and asks the session's index (tenant, session, first_seq, tool, state) whether \
     one of its invocations matches, so a rare filter reads every session of the tenant before its page \
-    is full: about 1,600 sessions at this size, a few milliseconds idle (under 10 ms p99), several \
-    times that while the cores are shared with the projector and the appends (see the reconstruct \
+    is full: about 1,600 sessions at this size, about 7 ms idle (p99 about 15 ms), several times that \
+    while the cores are shared with the projector and the appends (see the reconstruct \
     miss). What would close it: give each invocation its session's first seq and index (tenant, tool, \
     state, session first seq), so a filtered page reads only the matching sessions in order";
 
@@ -453,12 +456,12 @@ fn section(
              {REQUESTS} of each kind one after another with nothing else running (**idle**); then {} fresh \
              entries paced at {} entries/s (about ingest's rate in the ingest suite; batches of 1,000 with \
              checkpoints) while `toolledger_projector::run` applies them (resuming from the projection), \
-             and a reader task reads every {} ms, the kinds in turn, until the projector has caught up \
+             and a reader task reads at most every {} ms, the kinds in turn, until the projector has caught up \
              (**while applying**). The fresh entries stay: the projection grows by them run by run (run r \
              reads it at {} + (r − 1) × {} entries idle). What is read is drawn at random: an invocation \
              from a sample of 1,000, a tenant, and a (tenant, tool, status) filter from every combination \
              the projection holds, rare ones as likely as common ones. **appended**: the fresh entries \
-             over the time from the start of pacing to the last append's ack (below the paced rate when \
+             over the time from the start of pacing to the checkpoint after the last append (below the paced rate when \
              the appender falls behind); **projector catch-up rate**: the same entries over the time from \
              the start of pacing to the projection's position reaching the last of them.",
             described,
