@@ -22,7 +22,7 @@ use rand::seq::IndexedRandom as _;
 use rand::{Rng as _, SeedableRng as _};
 use toolledger_core::telemetry::Telemetry;
 use toolledger_ingest::append::PendingEntry;
-use toolledger_query::{ApiOptions, Tokens};
+use toolledger_query::ApiOptions;
 
 use crate::Options;
 use crate::offline::{ExportRuns, Ledger, RebuildRuns, measure_export, measure_rebuild};
@@ -85,12 +85,9 @@ pub async fn reads(options: &Options) -> anyhow::Result<Section> {
     let generation = toolledger_projector::Generations::new(&data)
         .current()?
         .context("the rebuild left no current generation")?;
-    let (probes, by_table) = tokio::task::block_in_place(|| {
-        anyhow::Ok((
-            Probes::sample(&generation.database())?,
-            table_bytes(&generation.database())?,
-        ))
-    })?;
+    let database = generation.database();
+    let (probes, by_table) =
+        tokio::task::block_in_place(|| anyhow::Ok((Probes::sample(&database)?, table_bytes(&database)?)))?;
     if let Some(keep) = std::env::var_os("TOOLLEDGER_BENCH_KEEP_PROJECTION") {
         // For looking at query plans at size afterwards: the rebuilt generation's files.
         std::fs::create_dir_all(&keep)?;
@@ -102,15 +99,7 @@ pub async fn reads(options: &Options) -> anyhow::Result<Section> {
     let (stop_serving, serving) = tokio::sync::oneshot::channel::<()>();
     let (addr, served) = toolledger_query::serve(
         &data,
-        ApiOptions {
-            listen: "127.0.0.1:0".parse()?,
-            tokens: Tokens::default(),
-            insecure_local: true,
-            blob_store_url: None,
-            access_log: None,
-            ledger: None,
-            partitions: Default::default(),
-        },
+        ApiOptions::insecure_local("127.0.0.1:0".parse()?),
         Telemetry::new(),
         async move {
             let _ = serving.await;
@@ -472,48 +461,19 @@ fn section(
             scale.reads_apply_rate * scale.reads_apply_secs,
         ),
     );
-    let rebuild = section.figure(Figure::new(
-        "reads.rebuild",
-        "rebuild",
-        "entries/s",
-        Better::Higher,
-        rebuilt.rebuild.clone(),
-    ));
-    let raw_insert = section.figure(Figure::new(
-        "reads.raw_insert",
-        "raw SQLite insert",
-        "entries/s",
-        Better::Higher,
-        rebuilt.raw.clone(),
-    ));
-    section.figure(Figure::new(
+    let mut rate = |id: &str, title: &str, runs: &[f64]| {
+        section.figure(Figure::new(id, title, "entries/s", Better::Higher, runs.to_vec()))
+    };
+    let rebuild = rate("reads.rebuild", "rebuild", &rebuilt.rebuild);
+    let raw_insert = rate("reads.raw_insert", "raw SQLite insert", &rebuilt.raw);
+    rate(
         "reads.apply_only",
         "projector apply alone (no NATS)",
-        "entries/s",
-        Better::Higher,
-        rebuilt.apply.clone(),
-    ));
-    let export = section.figure(Figure::new(
-        "reads.export",
-        "export",
-        "entries/s",
-        Better::Higher,
-        exported.export.clone(),
-    ));
-    let raw_write = section.figure(Figure::new(
-        "reads.raw_write",
-        "raw arrow write",
-        "entries/s",
-        Better::Higher,
-        exported.raw.clone(),
-    ));
-    section.figure(Figure::new(
-        "reads.nats_read",
-        "NATS read alone",
-        "entries/s",
-        Better::Higher,
-        rebuilt.read.clone(),
-    ));
+        &rebuilt.apply,
+    );
+    let export = rate("reads.export", "export", &exported.export);
+    let raw_write = rate("reads.raw_write", "raw arrow write", &exported.raw);
+    rate("reads.nats_read", "NATS read alone", &rebuilt.read);
     section.figure(Figure::new(
         "reads.projection_bytes",
         "projection bytes per entry (database and WAL, after each rebuild)",

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use toolledger_core::telemetry::Telemetry;
 use toolledger_projector::{Generations, RawEntry, SqlLimits, SqlScope, Store};
-use toolledger_query::{ApiOptions, Tokens};
+use toolledger_query::ApiOptions;
 use toolledger_schemas::generator::{GeneratorConfig, generate};
 use toolledger_testkit::entry_bytes;
 
@@ -102,15 +102,7 @@ fn main() {
     println!("projection: {seq} entries");
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let options = ApiOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tokens: Tokens::default(),
-        insecure_local: true,
-        blob_store_url: None,
-        access_log: None,
-        ledger: None,
-        partitions: Default::default(),
-    };
+    let options = ApiOptions::insecure_local("127.0.0.1:0".parse().unwrap());
     let (addr, _task) = runtime
         .block_on(toolledger_query::serve(
             dir.path(),

@@ -67,6 +67,22 @@ pub struct ApiOptions {
     pub partitions: Partitions,
 }
 
+impl ApiOptions {
+    /// Every tenant served without a token on the loopback address `listen`, with no blob store,
+    /// access log or ledger: the API over a projection alone (benchmarks, examples).
+    pub fn insecure_local(listen: SocketAddr) -> ApiOptions {
+        ApiOptions {
+            listen,
+            tokens: Tokens::default(),
+            insecure_local: true,
+            blob_store_url: None,
+            access_log: None,
+            ledger: None,
+            partitions: Partitions::default(),
+        }
+    }
+}
+
 /// The ledger as the evidence and replay routes read it.
 #[derive(Debug, Clone)]
 pub struct LedgerAccess {
